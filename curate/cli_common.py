@@ -1,0 +1,49 @@
+"""Shared pieces of the ``curate`` CLI: common options, output in text or JSON, clear failures.
+
+Every verb module (``cli.py``, ``cli_rollout.py``, ...) builds on these so all verbs take ``--home`` and
+``--json`` the same way and fail the same way: a one-line message on stderr and exit code 2, never a traceback
+for a user error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from curate.io import Workspace
+
+
+console = Console(stderr=True)
+out = Console()
+
+Home = Annotated[
+    str | None,
+    typer.Option("--home", envvar="CURATE_HOME", help="Workspace root (default ./workspace).", show_default=False),
+]
+Json = Annotated[bool, typer.Option("--json", help="Print the summary as JSON (for scripts).")]
+Force = Annotated[bool, typer.Option("--force", help="Redo the work even if the outputs are up to date.")]
+
+
+def workspace(home: str | None) -> Workspace:
+    return Workspace.resolve(home)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def emit(payload: Any, as_json: bool, render: Callable[[Any], None]) -> None:
+    """Print ``payload`` as JSON on stdout, or hand it to ``render`` for a human-readable view."""
+    if as_json:
+        sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+    else:
+        render(payload)
+
+
+USER_ERRORS: tuple[type[BaseException], ...] = (FileNotFoundError, ValueError, KeyError, PermissionError)

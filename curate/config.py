@@ -1,0 +1,214 @@
+"""Stage configs (frozen dataclasses) and the one strict recipe loader.
+
+A recipe (``datasets/<name>/recipe.yaml``) is the unit of experiment: which pool, which stages, and each
+stage's settings. Precedence is fixed: dataclass defaults < recipe YAML < overrides (CLI flags or Prefect
+parameters, as dotted keys like ``select.size=1500``). Unknown keys are an error that names the key, so a typo
+never silently falls back to a default.
+
+Relative paths inside a recipe's ``ingest.sources`` resolve against the recipe file's folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A recipe or override is invalid; the message names the key and what is allowed."""
+
+
+# --------------------------------------------------------------------------------------------------- ingest
+@dataclass(frozen=True)
+class SourceSpec:
+    """One input of ``curate ingest``.
+
+    path: a file or folder, ``hf://org/name`` (needs internet), or ``gen://mixed?n=2000&seed=0`` (the built-in
+    generator). format: an adapter name (``curate ingest --help`` lists them); detected when unambiguous.
+    fields: generic-adapter mapping from our column to the source's (``{"problem": "question", "answer": "gt"}``).
+    split: ``train`` or ``test``; defaults from the source where known, else ``train``.
+    name: the source's name in the pool; defaults from the path.
+    """
+
+    path: str
+    format: str | None = None
+    fields: dict[str, str] = field(default_factory=dict)
+    split: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    """Cleaning bounds. Rows over a bound go to quarantine as ``too_long``."""
+
+    sources: tuple[SourceSpec, ...] = ()
+    max_problem_chars: int = 20_000
+    max_answer_chars: int = 1_000
+    max_solution_chars: int = 100_000
+    # Same problem, answers that differ after normalization: ask math-verify whether they are equivalent before
+    # calling the group a conflict (bounded in time per pair). Off: any normalized difference is a conflict.
+    check_equivalence: bool = True
+
+
+# --------------------------------------------------------------------------------------------------- recipe
+@dataclass(frozen=True)
+class Recipe:
+    """A whole curation run. ``stages`` lists what ``curate run`` executes, in order."""
+
+    name: str
+    pool: str
+    stages: tuple[str, ...] = ("ingest",)
+    home: str | None = None
+    seed: int = 0
+    ingest: IngestConfig = field(default_factory=IngestConfig)
+    # Later stages keep their settings as plain mappings until their config classes exist; each stage module
+    # turns its mapping into its own frozen dataclass with ``from_mapping``.
+    stage_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def stage_config(self, name: str) -> dict[str, Any]:
+        return dict(self.stage_configs.get(name, {}))
+
+
+# --------------------------------------------------------------------------------------------------- loader
+def from_mapping(cls: type, data: Mapping[str, Any] | None, where: str = "") -> Any:
+    """Build dataclass ``cls`` from a mapping, recursively, rejecting unknown keys and wrong types.
+
+    >>> from_mapping(SourceSpec, {"path": "x.jsonl", "split": "test"}).split
+    'test'
+    """
+    data = dict(data or {})
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"unknown key(s) {unknown} in {where or cls.__name__}; allowed: {sorted(names)}")
+    kwargs = {}
+    for key, value in data.items():
+        kwargs[key] = _coerce(hints[key], value, f"{where}.{key}" if where else key)
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{where or cls.__name__}: {exc}") from None
+
+
+def _coerce(tp: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}")
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, str) and tp is SourceSpec:
+            value = {"path": value}
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return from_mapping(tp, value, where)
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        inner = args[0] if args else Any
+        return tuple(_coerce(inner, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is list:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        inner = args[0] if args else Any
+        return [_coerce(inner, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is Any:
+        return value
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, float, str, bool):
+        if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+            raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}")
+        return value
+    return value
+
+
+def parse_overrides(items: list[str] | tuple[str, ...] | None) -> dict[str, Any]:
+    """``["select.size=1500", "seed=3"]`` -> ``{"select.size": 1500, "seed": 3}`` (values parsed as YAML scalars)."""
+    out: dict[str, Any] = {}
+    for item in items or ():
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not KEY=VALUE")
+        key, value = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Set dotted keys in a nested mapping (the recipe as loaded from YAML)."""
+    data = dict(data)
+    for dotted, value in (overrides or {}).items():
+        parts = dotted.split(".")
+        node = data
+        for part in parts[:-1]:
+            child = node.get(part)
+            child = dict(child) if isinstance(child, Mapping) else {}
+            node[part] = child
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+_TOP = {f.name for f in dataclasses.fields(Recipe)} - {"stage_configs"}
+
+
+def recipe_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None) -> Recipe:
+    """Build a ``Recipe``: known top-level keys into fields, any other top-level mapping into ``stage_configs``.
+
+    Stage mappings are validated by their stage (its config class) when the stage runs, so a typo there still
+    fails loudly, and it fails before any work is done because ``curate run`` validates every listed stage first.
+    """
+    data = dict(data)
+    stage_configs = {k: dict(v or {}) for k, v in data.items() if k not in _TOP}
+    for key, value in stage_configs.items():
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"recipe key {key!r} must be a mapping of stage settings")
+    top = {k: v for k, v in data.items() if k in _TOP}
+    for required in ("name", "pool"):
+        if required not in top:
+            raise ConfigError(f"recipe needs a {required!r}")
+    recipe = from_mapping(Recipe, top, "recipe")
+    if base_dir is not None:
+        sources = tuple(
+            dataclasses.replace(s, path=_resolve(s.path, base_dir)) for s in recipe.ingest.sources
+        )
+        recipe = dataclasses.replace(recipe, ingest=dataclasses.replace(recipe.ingest, sources=sources))
+    return dataclasses.replace(recipe, stage_configs=stage_configs)
+
+
+def load_recipe(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Recipe:
+    """Read a recipe YAML, apply dotted overrides, validate. Raises ``ConfigError`` on anything unknown."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"recipe {path} not found")
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"recipe {path} must be a YAML mapping")
+    return recipe_from_mapping(apply_overrides(dict(data), overrides), base_dir=path.resolve().parent)
+
+
+def _resolve(p: str, base_dir: Path) -> str:
+    if "://" in p or Path(p).is_absolute():
+        return p
+    return str((base_dir / p).resolve())

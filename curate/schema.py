@@ -1,0 +1,385 @@
+"""The one contract between stages: table names, column names, polars schemas, stable ids.
+
+Every table that crosses a stage boundary or lands on disk is declared here (DESIGN.md, "The workspace").
+Other modules import the column constants instead of typing column names as strings, so a rename is one
+edit and a typo is an ImportError rather than a silently empty column.
+
+Example row of ``problems``::
+
+    {"problem_id": "3f9c0a1b2c4d5e6f", "problem": "What is 2+3?", "answer": "5", "answer_alternatives": ["5"],
+     "answer_raw": "5", "solution": None, "level": None, "difficulty": None, "subject": None, "split": "train",
+     "source": "gsm8k-train", "source_row": 0, "sources": ["gsm8k-train#0"], "meta": "{}"}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+
+import polars as pl
+
+
+# --------------------------------------------------------------------------------------------------- columns
+PROBLEM_ID = "problem_id"
+PROBLEM = "problem"
+ANSWER = "answer"  # normalized primary gold answer
+ANSWER_ALTERNATIVES = "answer_alternatives"  # normalized acceptable answers (primary first)
+ANSWER_RAW = "answer_raw"  # the gold answer exactly as the source had it (JSON for non-strings)
+SOLUTION = "solution"  # reference solution, where the source has one
+LEVEL = "level"  # MATH level 1-5 where known
+DIFFICULTY = "difficulty"  # the source's own numeric difficulty label (MATH level, DeepScaleR difficulty)
+SUBJECT = "subject"
+SPLIT = "split"  # "train" or "test": test problems are the evaluation sets decontamination checks against
+SOURCE = "source"  # name of the first source the problem was read from
+SOURCE_ROW = "source_row"  # row index inside that source
+SOURCES = "sources"  # every "source#row" this problem was read from (exact duplicates merged)
+META = "meta"  # JSON object with the source's remaining useful fields
+
+DROP_REASON = "drop_reason"
+DETAIL = "detail"
+STAGE = "stage"
+
+MODEL = "model"
+SAMPLE_IDX = "sample_idx"
+COMPLETION = "completion"
+PROMPT_TOKENS = "prompt_tokens"
+COMPLETION_TOKENS = "completion_tokens"
+FINISH_REASON = "finish_reason"  # "stop", "length", "error"
+EXTRACTED_ANSWER = "extracted_answer"
+VERDICT = "verdict"  # see VERDICTS
+CORRECT = "correct"
+REWARD = "reward"
+TEMPERATURE = "temperature"
+TOP_P = "top_p"
+MAX_TOKENS = "max_tokens"
+SEED = "seed"
+BACKEND = "backend"  # "hf", "vllm", "openai", "import", "sampler"
+RUN_ID = "run_id"
+SHIPPED_LABEL = "shipped_label"  # imported generations: the correctness label the dataset shipped
+STEP = "step"  # training step when the row was written back by the curriculum sampler
+CREATED_AT = "created_at"
+
+N_SAMPLES = "n_samples"
+N_CORRECT = "n_correct"
+PASS_RATE = "pass_rate"  # empirical n_correct / n_samples
+ALPHA = "alpha"  # Beta posterior parameters of the pass rate
+BETA = "beta"
+PASS_RATE_MEAN = "pass_rate_mean"  # posterior mean
+PASS_RATE_LO = "pass_rate_lo"  # 5% posterior quantile
+PASS_RATE_HI = "pass_rate_hi"  # 95% posterior quantile
+MEAN_TOKENS_CORRECT = "mean_tokens_correct"
+MEAN_TOKENS_INCORRECT = "mean_tokens_incorrect"
+TRUNCATION_RATE = "truncation_rate"
+LAST_STEP = "last_step"
+UPDATED_AT = "updated_at"
+
+ENCODER = "encoder"
+EMBEDDING = "embedding"
+
+RUN = "run"
+DIFFICULTY_SCORE = "difficulty_score"  # d = 1 - p, p from the posterior or the learned prior
+PASS_RATE_SOURCE = "pass_rate_source"  # "ledger", "prior", "blend"
+COT_LENGTH = "cot_length"  # standardized log CoT length (ScalingRL's l(x))
+COT_SOURCE = "cot_source"  # "ledger", "solution", "predicted"
+REWARD_EMA = "reward_ema"
+DES_D = "des_d"
+DES_C = "des_c"
+DES_R = "des_r"
+DES = "des"
+CLUSTER = "cluster"
+COSCALE_POOL = "coscale_pool"  # "unsolvable", "solvable", "solved"
+ZERO_VARIANCE = "zero_variance"
+SOLVED = "solved"  # ScaleRL no-positive-resampling flag: pass rate >= 0.9
+CONTAMINATED = "contaminated"
+DUPLICATE_OF = "duplicate_of"
+PROMPT_CHARS = "prompt_chars"
+
+CONTAMINATED_BY = "contaminated_by"  # problem_id of the matching benchmark item
+CONTAMINATION_KIND = "contamination_kind"  # "exact", "ngram", "embedding"
+CONTAMINATION_SCORE = "contamination_score"
+BENCHMARK = "benchmark"  # source name of the matching benchmark item
+CLUSTER_SIZE = "cluster_size"
+
+RANK = "rank"
+CURRICULUM_STAGE = "curriculum_stage"
+
+SOLUTION_ID = "solution_id"
+ORIGIN = "origin"  # where a solution came from: "rollout", "import", "reference", "teacher"
+TEXT = "text"
+VERIFIED = "verified"
+TOKENS = "tokens"
+
+# --------------------------------------------------------------------------------------------------- values
+SPLITS = ("train", "test")
+VERDICTS = ("correct", "wrong", "no_answer", "unparseable", "timeout", "truncated", "error")
+DROP_REASONS = (
+    "missing_answer",
+    "empty_problem",
+    "too_long",
+    "undecodable",
+    "malformed",
+    "duplicate_conflict",
+    "contaminated",
+    "near_duplicate",
+)
+INSTRUCTION_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
+
+# --------------------------------------------------------------------------------------------------- tables
+PROBLEMS = pl.Schema(
+    {
+        PROBLEM_ID: pl.String,
+        PROBLEM: pl.String,
+        ANSWER: pl.String,
+        ANSWER_ALTERNATIVES: pl.List(pl.String),
+        ANSWER_RAW: pl.String,
+        SOLUTION: pl.String,
+        LEVEL: pl.Int32,
+        DIFFICULTY: pl.Float64,
+        SUBJECT: pl.String,
+        SPLIT: pl.String,
+        SOURCE: pl.String,
+        SOURCE_ROW: pl.Int64,
+        SOURCES: pl.List(pl.String),
+        META: pl.String,
+    }
+)
+
+QUARANTINE = pl.Schema(
+    {
+        SOURCE: pl.String,
+        SOURCE_ROW: pl.Int64,
+        STAGE: pl.String,
+        DROP_REASON: pl.String,
+        DETAIL: pl.String,
+        PROBLEM_ID: pl.String,
+        PROBLEM: pl.String,
+        ANSWER_RAW: pl.String,
+    }
+)
+
+ROLLOUTS = pl.Schema(
+    {
+        PROBLEM_ID: pl.String,
+        MODEL: pl.String,
+        SAMPLE_IDX: pl.Int32,
+        COMPLETION: pl.String,
+        PROMPT_TOKENS: pl.Int32,
+        COMPLETION_TOKENS: pl.Int32,
+        FINISH_REASON: pl.String,
+        EXTRACTED_ANSWER: pl.String,
+        VERDICT: pl.String,
+        CORRECT: pl.Boolean,
+        REWARD: pl.Float64,
+        TEMPERATURE: pl.Float64,
+        TOP_P: pl.Float64,
+        MAX_TOKENS: pl.Int32,
+        SEED: pl.Int64,
+        BACKEND: pl.String,
+        RUN_ID: pl.String,
+        SHIPPED_LABEL: pl.Boolean,
+        STEP: pl.Int64,
+        CREATED_AT: pl.Datetime("us", "UTC"),
+    }
+)
+
+STATS = pl.Schema(
+    {
+        PROBLEM_ID: pl.String,
+        MODEL: pl.String,
+        N_SAMPLES: pl.Int32,
+        N_CORRECT: pl.Int32,
+        PASS_RATE: pl.Float64,
+        ALPHA: pl.Float64,
+        BETA: pl.Float64,
+        PASS_RATE_MEAN: pl.Float64,
+        PASS_RATE_LO: pl.Float64,
+        PASS_RATE_HI: pl.Float64,
+        MEAN_TOKENS_CORRECT: pl.Float64,
+        MEAN_TOKENS_INCORRECT: pl.Float64,
+        TRUNCATION_RATE: pl.Float64,
+        LAST_STEP: pl.Int64,
+        UPDATED_AT: pl.Datetime("us", "UTC"),
+    }
+)
+
+EMBEDDINGS = pl.Schema({PROBLEM_ID: pl.String, ENCODER: pl.String, EMBEDDING: pl.List(pl.Float32)})
+
+SCORES = pl.Schema(
+    {
+        PROBLEM_ID: pl.String,
+        RUN: pl.String,
+        PASS_RATE: pl.Float64,
+        PASS_RATE_SOURCE: pl.String,
+        DIFFICULTY_SCORE: pl.Float64,
+        COT_LENGTH: pl.Float64,
+        COT_SOURCE: pl.String,
+        REWARD_EMA: pl.Float64,
+        DES_D: pl.Float64,
+        DES_C: pl.Float64,
+        DES_R: pl.Float64,
+        DES: pl.Float64,
+        CLUSTER: pl.Int32,
+        COSCALE_POOL: pl.String,
+        ZERO_VARIANCE: pl.Boolean,
+        SOLVED: pl.Boolean,
+        CONTAMINATED: pl.Boolean,
+        DUPLICATE_OF: pl.String,
+        PROMPT_CHARS: pl.Int32,
+    }
+)
+
+FILTERS = pl.Schema(
+    {
+        PROBLEM_ID: pl.String,
+        CONTAMINATED: pl.Boolean,
+        CONTAMINATED_BY: pl.String,
+        BENCHMARK: pl.String,
+        CONTAMINATION_KIND: pl.String,
+        CONTAMINATION_SCORE: pl.Float64,
+        DUPLICATE_OF: pl.String,
+        CLUSTER_SIZE: pl.Int32,
+    }
+)
+
+SELECTIONS = pl.Schema(
+    {
+        PROBLEM_ID: pl.String,
+        PROBLEM: pl.String,
+        ANSWER: pl.String,
+        ANSWER_ALTERNATIVES: pl.List(pl.String),
+        SOURCE: pl.String,
+        SPLIT: pl.String,
+        RANK: pl.Int32,
+        CLUSTER: pl.Int32,
+        PASS_RATE: pl.Float64,
+        DES: pl.Float64,
+        PROMPT_CHARS: pl.Int32,
+    }
+)
+
+CURRICULA = pl.Schema(
+    {
+        CURRICULUM_STAGE: pl.String,
+        PROBLEM_ID: pl.String,
+        PROBLEM: pl.String,
+        ANSWER: pl.String,
+        ANSWER_ALTERNATIVES: pl.List(pl.String),
+        PASS_RATE: pl.Float64,
+        PROMPT_CHARS: pl.Int32,
+    }
+)
+
+SOLUTIONS = pl.Schema(
+    {
+        PROBLEM_ID: pl.String,
+        SOLUTION_ID: pl.String,
+        TEXT: pl.String,
+        ORIGIN: pl.String,
+        MODEL: pl.String,
+        TOKENS: pl.Int32,
+        VERIFIED: pl.Boolean,
+    }
+)
+
+TABLES: dict[str, pl.Schema] = {
+    "problems": PROBLEMS,
+    "quarantine": QUARANTINE,
+    "rollouts": ROLLOUTS,
+    "stats": STATS,
+    "embeddings": EMBEDDINGS,
+    "filters": FILTERS,
+    "scores": SCORES,
+    "selections": SELECTIONS,
+    "curricula": CURRICULA,
+    "solutions": SOLUTIONS,
+}
+
+
+class SchemaError(ValueError):
+    """A frame does not match its table's schema; the message names the columns."""
+
+
+def validate(frame: pl.DataFrame | pl.LazyFrame, schema: pl.Schema, *, table: str = "table") -> pl.DataFrame:
+    """Check ``frame`` against ``schema`` and return it with exactly the schema's columns, in order.
+
+    Extra columns are dropped. A missing column or a column of another dtype raises ``SchemaError`` naming it;
+    null-typed columns (all-null literals) are cast, since they carry no type of their own.
+
+    >>> validate(pl.DataFrame({"problem_id": ["a"], "x": [1]}), pl.Schema({"problem_id": pl.String}))["problem_id"][0]
+    'a'
+    """
+    df = frame.collect() if isinstance(frame, pl.LazyFrame) else frame
+    missing = [c for c in schema if c not in df.columns]
+    if missing:
+        raise SchemaError(f"{table}: missing column(s) {missing}; have {df.columns}")
+    casts = []
+    wrong = []
+    for name, dtype in schema.items():
+        have = df.schema[name]
+        if have == dtype:
+            continue
+        if have == pl.Null or (isinstance(have, pl.List) and have.inner == pl.Null and isinstance(dtype, pl.List)):
+            casts.append(pl.col(name).cast(dtype))
+        elif isinstance(dtype, pl.Datetime) and isinstance(have, pl.Datetime):
+            casts.append(pl.col(name).cast(dtype))
+        else:
+            wrong.append(f"{name} is {have}, expected {dtype}")
+    if wrong:
+        raise SchemaError(f"{table}: mistyped column(s): " + "; ".join(wrong))
+    if casts:
+        df = df.with_columns(casts)
+    return df.select(list(schema))
+
+
+def empty(schema: pl.Schema) -> pl.DataFrame:
+    """An empty frame with ``schema``."""
+    return pl.DataFrame(schema=schema)
+
+
+# --------------------------------------------------------------------------------------------------- ids
+_WS = re.compile(r"\s+")
+
+
+def strip_instruction(text: str) -> str:
+    """Remove the DeepScaleR/FastCuRL instruction suffix from a prompt, if present."""
+    stripped = text.rstrip()
+    suffix = INSTRUCTION_SUFFIX.strip()
+    if stripped.endswith(suffix):
+        return stripped[: -len(suffix)].rstrip()
+    return text
+
+
+def normalize_problem(text: str) -> str:
+    """The text that identifies a problem: NFKC, instruction suffix removed, whitespace collapsed, lowercased.
+
+    Two rows are the same problem exactly when this normal form is equal (case and whitespace are noise in the
+    shared pools; LaTeX and numbers are kept, because templated problems differ only in them).
+
+    >>> normalize_problem("What is  $2+3$?\\n Let's think step by step and output the final answer within \\\\boxed{}.")
+    'what is $2+3$?'
+    """
+    text = unicodedata.normalize("NFKC", text)
+    text = strip_instruction(text)
+    return _WS.sub(" ", text).strip().lower()
+
+
+def problem_id(text: str) -> str:
+    """Stable id of a problem: the first 16 hex digits of sha256 over its normal form.
+
+    Same id on every run, machine and library version (never polars hashing, which is not stable).
+
+    >>> problem_id("What is 2+3?") == problem_id("what is  2+3? ")
+    True
+    """
+    return hashlib.sha256(normalize_problem(text).encode("utf-8")).hexdigest()[:16]
+
+
+def problem_id_expr(column: str = PROBLEM) -> pl.Expr:
+    """``problem_id`` over a string column (runs the Python hash per row; polars has no stable sha256)."""
+    return pl.col(column).map_elements(problem_id, return_dtype=pl.String)
+
+
+def slug(name: str) -> str:
+    """A file-system safe name for a model or encoder id: ``Qwen/Qwen2.5-Math-1.5B`` -> ``Qwen__Qwen2.5-Math-1.5B``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name.replace("/", "__")).strip("_") or "unnamed"

@@ -1,0 +1,1 @@
+"""Training on curated shards: rewards (over curate.verify), SFT, GRPO/CISPO."""
