@@ -30,6 +30,8 @@ _THOUSANDS = re.compile(r"^-?\d{1,3}(,\d{3})+(\.\d+)?$")
 _LATEX_THOUSANDS = re.compile(r"(?<=\d)\{,\}(?=\d{3})")
 _PLAIN_NUMBER = re.compile(r"^[-+]?\d+(\.\d+)?$")
 _WS = re.compile(r"\s+")
+_MONEY = re.compile(r"^\\?\$\s?-?[\d,]*\.?\d+$")
+_MULTI_DOLLAR = re.compile(r"\$[^$]*\$(\s*,\s*\$[^$]*\$)+")
 
 
 def find_boxed(text: str, limit: int = MAX_SCAN) -> list[str]:
@@ -83,6 +85,8 @@ def _unwrap_once(s: str) -> str:
             return s[len(left) : len(s) - len(right)].strip()
     if len(s) >= 2 and s[0] == "$" and s[-1] == "$" and s.count("$") == 2:
         return s[1:-1].strip()
+    if _MULTI_DOLLAR.fullmatch(s):  # OlympiadBench multi-answers: "$6764$,$10945$"
+        return ", ".join(part.strip() for part in re.findall(r"\$([^$]*)\$", s))
     for cmd in _BOX_CMDS:
         if s.startswith(cmd):
             boxed = find_boxed(s)
@@ -131,11 +135,15 @@ def normalize_answer(raw: Any) -> str:
         last = s.rsplit("\n", 1)[-1].strip()
         if last.startswith("A:") and "\n" in s:
             s = last[2:].strip()
+    if s.endswith(("$.", "}.", "].")):  # a sentence period outside the wrapper
+        s = s[:-1]
     for _ in range(4):  # nested wrappers: \[ \boxed{ $x$ } \]
         unwrapped = _unwrap_once(s)
         if unwrapped == s:
             break
         s = unwrapped
+    if _MONEY.match(s):  # a dollar amount, "$30" or "\\$2.60": the number is the answer
+        s = s.lstrip("\\").lstrip("$").strip()
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = _WS.sub(" ", s).strip()
     s = s.rstrip(".").strip() if not s.endswith("..") else s

@@ -212,7 +212,7 @@ def _render_summary(summary: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point; returns the exit code (testable without a subprocess)."""
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)  # click returns a typer.Exit's code instead of raising it
     except typer.Exit as exc:
         return exc.exit_code or 0
     except SystemExit as exc:  # click usage errors
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             exc.show()
             return exc.exit_code
         raise
-    return 0
+    return rc if isinstance(rc, int) else 0
 
 
 # Verbs of later stages, defined beside their stage code.
@@ -236,3 +236,7 @@ cli_rollout.register(app)
 cli_filters.register(app)
 cli_select.register(app)
 cli_curriculum.register(app)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -190,9 +190,7 @@ def recipe_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None) -
             raise ConfigError(f"recipe needs a {required!r}")
     recipe = from_mapping(Recipe, top, "recipe")
     if base_dir is not None:
-        sources = tuple(
-            dataclasses.replace(s, path=_resolve(s.path, base_dir)) for s in recipe.ingest.sources
-        )
+        sources = tuple(dataclasses.replace(s, path=_resolve(s.path, base_dir)) for s in recipe.ingest.sources)
         recipe = dataclasses.replace(recipe, ingest=dataclasses.replace(recipe.ingest, sources=sources))
     return dataclasses.replace(recipe, stage_configs=stage_configs)
 

@@ -95,7 +95,7 @@ class Workspace:
 
 # --------------------------------------------------------------------------------------------------- parquet
 def write_parquet(df: pl.DataFrame, path: str | os.PathLike, schema: pl.Schema | None = None) -> Path:
-    """Write ``df`` atomically (temp file in the same folder, fsync, rename), validating it first if a schema is given."""
+    """Write ``df`` atomically (temp file in the same folder, fsync, rename), validated first if a schema is given."""
     path = Path(path)
     if schema is not None:
         df = S.validate(df, schema, table=path.stem)
@@ -114,7 +114,7 @@ def write_parquet(df: pl.DataFrame, path: str | os.PathLike, schema: pl.Schema |
 
 
 def read_parquet(path: str | os.PathLike, schema: pl.Schema | None = None) -> pl.DataFrame:
-    """Read one Parquet file, or every ``*.parquet`` in a folder (temp files ignored), validated if a schema is given."""
+    """Read one Parquet file, or every ``*.parquet`` in a folder (temp files ignored), validated if schema given."""
     path = Path(path)
     if path.is_dir():
         files = sorted(p for p in path.glob("*.parquet") if not p.name.startswith("."))

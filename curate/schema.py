@@ -104,6 +104,11 @@ CLUSTER_SIZE = "cluster_size"
 RANK = "rank"
 CURRICULUM_STAGE = "curriculum_stage"
 
+# score/select extras (written after the SCORES/SELECTIONS columns; readers validating with the schema drop them)
+PRIOR_PASS_RATE = "prior_pass_rate"  # prior mean m of the pass-rate posterior (source label or learned predictor)
+LEARNING_PROGRESS = "learning_progress"  # change in pass rate between the first and last checkpoint/model
+SELECT_SCORE = "select_score"  # the value a selection sampled on (DES, a column, or an external score)
+
 SOLUTION_ID = "solution_id"
 ORIGIN = "origin"  # where a solution came from: "rollout", "import", "reference", "teacher"
 TEXT = "text"
@@ -319,9 +324,9 @@ def validate(frame: pl.DataFrame | pl.LazyFrame, schema: pl.Schema, *, table: st
         have = df.schema[name]
         if have == dtype:
             continue
-        if have == pl.Null or (isinstance(have, pl.List) and have.inner == pl.Null and isinstance(dtype, pl.List)):
-            casts.append(pl.col(name).cast(dtype))
-        elif isinstance(dtype, pl.Datetime) and isinstance(have, pl.Datetime):
+        null_list = isinstance(have, pl.List) and have.inner == pl.Null and isinstance(dtype, pl.List)
+        both_datetime = isinstance(dtype, pl.Datetime) and isinstance(have, pl.Datetime)
+        if have == pl.Null or null_list or both_datetime:
             casts.append(pl.col(name).cast(dtype))
         else:
             wrong.append(f"{name} is {have}, expected {dtype}")
@@ -356,7 +361,7 @@ def normalize_problem(text: str) -> str:
     Two rows are the same problem exactly when this normal form is equal (case and whitespace are noise in the
     shared pools; LaTeX and numbers are kept, because templated problems differ only in them).
 
-    >>> normalize_problem("What is  $2+3$?\\n Let's think step by step and output the final answer within \\\\boxed{}.")
+    >>> normalize_problem("What is  $2+3$?\\n" + INSTRUCTION_SUFFIX)
     'what is $2+3$?'
     """
     text = unicodedata.normalize("NFKC", text)
