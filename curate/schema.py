@@ -115,6 +115,13 @@ TEXT = "text"
 VERIFIED = "verified"
 TOKENS = "tokens"
 
+# stats state: the additive sums behind STATS, kept so stats are refreshed from new ledger files only
+N_TRUNCATED = "n_truncated"
+TOKENS_CORRECT_SUM = "tokens_correct_sum"
+TOKENS_CORRECT_N = "tokens_correct_n"  # correct samples with a token count (imports may have none)
+TOKENS_INCORRECT_SUM = "tokens_incorrect_sum"
+TOKENS_INCORRECT_N = "tokens_incorrect_n"
+
 # --------------------------------------------------------------------------------------------------- values
 SPLITS = ("train", "test")
 VERDICTS = ("correct", "wrong", "no_answer", "unparseable", "timeout", "truncated", "error")
@@ -284,6 +291,22 @@ SOLUTIONS = pl.Schema(
         MODEL: pl.String,
         TOKENS: pl.Int32,
         VERIFIED: pl.Boolean,
+    }
+)
+
+# Internal to curate.stats (not a stage output): per (problem_id, model) sums that merge by addition.
+STATS_STATE = pl.Schema(
+    {
+        PROBLEM_ID: pl.String,
+        MODEL: pl.String,
+        N_SAMPLES: pl.Int64,
+        N_CORRECT: pl.Int64,
+        N_TRUNCATED: pl.Int64,
+        TOKENS_CORRECT_SUM: pl.Int64,
+        TOKENS_CORRECT_N: pl.Int64,
+        TOKENS_INCORRECT_SUM: pl.Int64,
+        TOKENS_INCORRECT_N: pl.Int64,
+        LAST_STEP: pl.Int64,
     }
 )
 
