@@ -1,0 +1,295 @@
+"""The curation flow: a recipe's stages as Prefect tasks, with a summary, tables and plots as UI artifacts.
+
+Where it sits: ``flows -> curate``. It is a thin wrapper over ``curate.pipeline`` and holds no curation logic.
+Each stage listed in ``curate.pipeline.STAGES`` (ingest, decontaminate, rollout, score, select, curriculum, ...)
+becomes one task that calls ``curate.pipeline.run_stage``, the same wrapper ``curate run`` calls, so the flow and
+the CLI write identical workspaces. New stages appear in the flow as soon as they are registered there.
+
+Parameters are JSON-simple so they can be edited in the UI and in ``prefect.yaml``: a recipe path, dotted
+overrides (``{"select.size": 500}``), a subset of stages, ``force``, a workspace root, and a Dask address.
+Tasks receive paths and strings and return ``StageResult.to_dict()``; frames never cross a task boundary.
+
+Skip-if-done is the workspace's job: a re-run of a finished flow skips finished stages through their manifests
+(``StageResult.skipped``), never through Prefect's cache (``cache_policy=NONE`` on every task). Retries with
+exponential backoff are given only to stages that talk to the outside world, decided per stage from the recipe:
+``ingest`` of ``hf://`` sources (hub downloads) and ``rollout`` with the ``openai`` backend (endpoint calls).
+
+Run it without any server (Prefect's ephemeral local API, SQLite)::
+
+    python -m flows.curation datasets/demo/recipe.yaml --set select.size=500 --stage score --stage select
+
+Scale-out: with ``dask_address`` (a scheduler address such as ``tcp://10.0.0.5:8786``, or ``"local"`` for a
+``LocalCluster`` started for the run) the rollout stage runs as plan -> one task per shard on Dask -> finalize,
+through ``curate.rollout.plan_shards / run_shard / finalize``. Math verification inside a shard runs in a process
+pool (``curate.verify``); Dask worker *processes* are daemons by default and may not start children, so a cluster
+used for rollouts needs ``distributed.worker.daemon: false`` (``DASK_DISTRIBUTED__WORKER__DAEMON=False`` for
+``dask worker``); the ``"local"`` cluster sets it. Workers of a remote cluster must see the repository's recipe
+and the workspace at the same paths (a shared file system), and have this package installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task, unmapped
+from prefect.cache_policies import NONE
+from prefect.runtime import flow_run
+from prefect.tasks import exponential_backoff
+
+from curate import config, pipeline
+from curate.io import Workspace
+from flows import artifacts
+
+
+# Stages that do I/O with the outside world get these retries; everything else fails fast (a bug or a bad input
+# does not get better by waiting). 3 retries at 30 s, 60 s, 120 s, with jitter so parallel runs do not align.
+OUTSIDE_RETRIES = 3
+OUTSIDE_BACKOFF_S = 30
+RETRY_JITTER = 0.5
+LOCAL_DASK_WORKERS = 2
+
+
+# --------------------------------------------------------------------------------------------------- policy
+def touches_outside(name: str, recipe: config.Recipe) -> bool:
+    """Whether stage ``name`` of ``recipe`` talks to the outside world (hub downloads, a generation endpoint).
+
+    Only such stages get retries: a transient network error is worth waiting for, a bad input is not.
+    """
+    if name == "ingest":
+        return any(spec.path.startswith("hf://") for spec in recipe.ingest.sources)
+    if name == "rollout":
+        return str(recipe.stage_config("rollout").get("backend", "")).lower() == "openai"
+    return False
+
+
+def planned_stages(recipe: config.Recipe, only: list[str] | None) -> list[str]:
+    """The recipe's stages in recipe order, restricted to ``only``; every listed stage's config is validated first."""
+    pipeline.validate(recipe)
+    wanted = list(only) if only else list(recipe.stages)
+    unknown = [s for s in wanted if s not in recipe.stages]
+    if unknown:
+        raise config.ConfigError(f"stage(s) {unknown} are not in the recipe's stages {list(recipe.stages)}")
+    return [name for name in recipe.stages if name in wanted]
+
+
+def _run_name() -> str:
+    """``demo/recipe.yaml: ingest,select @ 2026-11-21 03:00Z``: readable in the UI's run list."""
+    params = flow_run.parameters
+    path = Path(params.get("recipe_path", "recipe"))
+    what = ",".join(params.get("stages") or []) or "all stages"
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%MZ")
+    return f"{path.parent.name}/{path.name}: {what} @ {when}"
+
+
+# --------------------------------------------------------------------------------------------------- tasks
+@task(cache_policy=NONE, task_run_name="{name}")
+def run_stage(name: str, recipe_path: str, overrides: dict[str, Any] | None, home: str, force: bool) -> dict:
+    """One stage through ``curate.pipeline.run_stage``; returns ``StageResult.to_dict()``."""
+    recipe = config.load_recipe(recipe_path, overrides)
+    result = pipeline.run_stage(name, Workspace(Path(home)), recipe, force=force)
+    _log_result(result.to_dict())
+    return result.to_dict()
+
+
+@task(cache_policy=NONE, task_run_name="rollout-plan")
+def rollout_plan(recipe_path: str, overrides: dict[str, Any] | None, home: str) -> list[Any]:
+    """The rollout shards still to run (finished shards are in the ledger and not planned again)."""
+    from curate import rollout
+
+    recipe = config.load_recipe(recipe_path, overrides)
+    return list(rollout.plan_shards(Workspace(Path(home)), recipe.pool, rollout.load_config(recipe)))
+
+
+@task(cache_policy=NONE, task_run_name="rollout-shard-{index}")
+def rollout_shard(recipe_path: str, overrides: dict[str, Any] | None, home: str, shard: Any, index: int) -> str | None:
+    """Generate and verify one shard on whichever engine runs this task; returns the ledger part it wrote."""
+    from curate import rollout
+
+    recipe = config.load_recipe(recipe_path, overrides)
+    path = rollout.run_shard(Workspace(Path(home)), recipe.pool, rollout.load_config(recipe), shard)
+    return None if path is None else str(path)
+
+
+@task(cache_policy=NONE, task_run_name="rollout-finalize")
+def rollout_finalize(recipe_path: str, overrides: dict[str, Any] | None, home: str, force: bool) -> dict:
+    """Refresh the stats and write the ledger's manifest, exactly as the unsharded stage does at its end."""
+    from curate import rollout
+
+    recipe = config.load_recipe(recipe_path, overrides)
+    return rollout.finalize(Workspace(Path(home)), recipe.pool, rollout.load_config(recipe), force=force).to_dict()
+
+
+def with_outside_retries(fn):
+    """``fn`` (a task) with the retries of a stage that talks to the outside world (see ``touches_outside``)."""
+    return fn.with_options(
+        retries=OUTSIDE_RETRIES,
+        retry_delay_seconds=exponential_backoff(backoff_factor=OUTSIDE_BACKOFF_S),
+        retry_jitter_factor=RETRY_JITTER,
+    )
+
+
+# --------------------------------------------------------------------------------------------------- flows
+@flow(name="curate-rollout-sharded", flow_run_name="rollout shards of {recipe_path}")
+def rollout_sharded(
+    recipe_path: str, overrides: dict[str, Any] | None, home: str, force: bool = False, retries: bool = False
+) -> dict:
+    """The rollout stage as plan -> ``run_shard`` mapped over the task runner (Dask) -> finalize.
+
+    ``force`` has the unsharded stage's meaning: the stats are recomputed; ledger rows are never regenerated.
+    ``retries``: shards call an endpoint and get the outside-I/O retries.
+    """
+    t0 = time.perf_counter()
+    shards = rollout_plan(recipe_path, overrides, home)
+    shard_task = with_outside_retries(rollout_shard) if retries else rollout_shard
+    futures = shard_task.map(
+        unmapped(recipe_path), unmapped(overrides), unmapped(home), shards, [shard.index for shard in shards]
+    )
+    futures.result()  # raises the first shard failure; finished shards stay in the ledger for the re-run
+    result = rollout_finalize(recipe_path, overrides, home, force)
+    result["skipped"] = not shards
+    result["wall_s"] = round(time.perf_counter() - t0, 3)
+    planned = {"shards_run": len(shards), "samples_planned": sum(shard.samples for shard in shards)}
+    result["summary"] = planned | result["summary"]
+    _log_result(result)
+    return result
+
+
+def dask_runner(address: str):
+    """A ``DaskTaskRunner`` on an existing scheduler, or on a ``LocalCluster`` for ``address == "local"``."""
+    from prefect_dask import DaskTaskRunner
+
+    if address != "local":
+        return DaskTaskRunner(address=address)
+    import dask
+
+    # Worker processes must be allowed to start the verification process pool (see the module docstring), and
+    # run one shard at a time: the hf backend seeds the process-wide torch RNG per batch.
+    dask.config.set({"distributed.worker.daemon": False})
+    return DaskTaskRunner(
+        cluster_kwargs={"n_workers": LOCAL_DASK_WORKERS, "threads_per_worker": 1, "dashboard_address": None}
+    )
+
+
+def api_url_for_workers():
+    """Pin ``PREFECT_API_URL`` to the API this process talks to, so Dask workers report to the same one.
+
+    With no server configured, this process runs on an ephemeral API that only it knows about; a worker process
+    would try to start its own and time out. Task runners ship the settings context with each task, so setting
+    the URL around the sharded subflow is enough. A no-op when a server is configured.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    if PREFECT_API_URL.value():
+        return contextlib.nullcontext()
+    return temporary_settings(updates={PREFECT_API_URL: str(get_client().api_url)})
+
+
+@flow(name="curate-dataset", flow_run_name=_run_name, log_prints=True)
+def curate_dataset(
+    recipe_path: str,
+    overrides: dict[str, Any] | None = None,
+    stages: list[str] | None = None,
+    force: bool = False,
+    home: str | None = None,
+    dask_address: str | None = None,
+) -> dict:
+    """Run a recipe's stages (or the subset ``stages``), one task each, and publish the results as artifacts.
+
+    Args:
+        recipe_path: the recipe YAML, e.g. ``datasets/demo/recipe.yaml`` (relative to the working directory).
+        overrides: dotted recipe keys, e.g. ``{"select.size": 500, "rollout.backend": "openai"}``.
+        stages: run only these of the recipe's stages (in recipe order); finished earlier stages are read as is.
+        force: redo stages even when their manifests say they are up to date.
+        home: workspace root; default the recipe's ``home``, else ``$CURATE_HOME``, else ``./workspace``.
+        dask_address: run rollout shards on Dask: a scheduler address, or ``"local"`` for a ``LocalCluster``.
+    """
+    logger = get_run_logger()
+    recipe = config.load_recipe(recipe_path, overrides)
+    names = planned_stages(recipe, stages)
+    ws = Workspace.resolve(home or recipe.home)
+    logger.info("recipe %s (pool %s): stages %s into %s", recipe.name, recipe.pool, names, ws.root)
+    t0 = time.perf_counter()
+    results: list[dict] = []
+    failed: dict[str, str] | None = None
+    error: Exception | None = None
+    recipe_file = str(Path(recipe_path).resolve())  # tasks may run in other processes (Dask), in other folders
+    for name in names:
+        try:
+            results.append(_one_stage(name, recipe, recipe_file, overrides, str(ws.root), force, dask_address))
+        except Exception as exc:  # publish what finished, then fail the run with the stage's error
+            failed, error = {"stage": name, "error": f"{type(exc).__name__}: {exc}"}, exc
+            break
+    report = {
+        "recipe": recipe_path,
+        "name": recipe.name,
+        "pool": recipe.pool,
+        "home": str(ws.root),
+        "wall_s": round(time.perf_counter() - t0, 3),
+        "stages": results,
+        "failed": failed,
+    }
+    artifacts.publish(report, ws)
+    if error is not None:
+        raise error
+    return report
+
+
+def _one_stage(
+    name: str,
+    recipe: config.Recipe,
+    recipe_path: str,
+    overrides: dict[str, Any] | None,
+    home: str,
+    force: bool,
+    dask_address: str | None,
+) -> dict:
+    outside = touches_outside(name, recipe)
+    if name == "rollout" and dask_address:
+        sharded = rollout_sharded.with_options(task_runner=dask_runner(dask_address))
+        with api_url_for_workers():
+            return sharded(recipe_path, overrides, home, force, retries=outside)
+    stage_task = with_outside_retries(run_stage) if outside else run_stage
+    return stage_task(name, recipe_path, overrides, home, force)
+
+
+def _log_result(result: dict) -> None:
+    state = "skipped (up to date)" if result["skipped"] else f"done in {result['wall_s']:.1f}s"
+    get_run_logger().info("%s %s: %s", result["stage"], state, result["summary"])
+
+
+# --------------------------------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> dict:
+    """``python -m flows.curation RECIPE [--set k=v] [--stage s] [--force] [--home DIR] [--dask ADDRESS]``.
+
+    Prints the run's report (stages, their summaries, wall times) as JSON when run as a script.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.curation",
+        description="Run a recipe as a Prefect flow (ephemeral local API unless PREFECT_API_URL is set).",
+    )
+    parser.add_argument("recipe", help="Recipe YAML, e.g. datasets/demo/recipe.yaml.")
+    parser.add_argument("--set", dest="overrides", action="append", help="Override a recipe key: select.size=500.")
+    parser.add_argument("--stage", dest="stages", action="append", help="Run only this stage (repeatable).")
+    parser.add_argument("--force", action="store_true", help="Redo stages even if their outputs are up to date.")
+    parser.add_argument("--home", help="Workspace root (default: recipe's home, $CURATE_HOME, ./workspace).")
+    parser.add_argument("--dask", dest="dask_address", help='Run rollout shards on Dask: an address or "local".')
+    args = parser.parse_args(argv)
+    return curate_dataset(
+        recipe_path=args.recipe,
+        overrides=config.parse_overrides(args.overrides) or None,
+        stages=args.stages,
+        force=args.force,
+        home=args.home,
+        dask_address=args.dask_address,
+    )
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(), indent=2, default=str))
