@@ -25,6 +25,8 @@ from curate.io import Workspace
 # Explicit, ordered: (stage name, module). A recipe's ``stages`` picks from these names.
 STAGES: tuple[tuple[str, str], ...] = (
     ("ingest", "curate.ingest"),
+    ("decontaminate", "curate.decontam"),
+    ("rollout", "curate.rollout"),
     ("score", "curate.score"),
     ("select", "curate.select"),
     ("curriculum", "curate.curriculum"),
