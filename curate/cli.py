@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from curate.cli_common import USER_ERRORS, Force, Home, Json, console, emit, fail, out, workspace
@@ -188,9 +189,9 @@ def _render_summary(summary: dict) -> None:
         if isinstance(value, list) and value and isinstance(value[0], dict):
             nested.append((key, value))
         elif isinstance(value, dict):
-            scalars.add_row(key, ", ".join(f"{k}={v}" for k, v in value.items()) or "-")
+            scalars.add_row(key, escape(", ".join(f"{k}={v}" for k, v in value.items()) or "-"))
         else:
-            scalars.add_row(key, str(value))
+            scalars.add_row(key, escape(str(value)))
     out.print(scalars)
     for key, rows in nested:
         table = Table(title=key)
@@ -200,9 +201,9 @@ def _render_summary(summary: dict) -> None:
         for row in rows:
             table.add_row(
                 *(
-                    ", ".join(f"{k}={v}" for k, v in row.get(c).items()) or "-"
+                    escape(", ".join(f"{k}={v}" for k, v in row.get(c).items()) or "-")
                     if isinstance(row.get(c), dict)
-                    else str(row.get(c, ""))
+                    else escape(str(row.get(c, "")))
                     for c in cols
                 )
             )

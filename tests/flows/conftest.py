@@ -28,7 +28,7 @@ EVAL_SOURCE = "gen://mixed?n=40&seed=1"
 # Stages that need more than the generator (a model to sample from): the flow tests leave them out.
 NEEDS_MODEL = ("rollout", "solutions")
 # Settings that keep the flow tests fast without changing what the flow does (no sentence-transformers load).
-FAST = {"score": {"use_embeddings": False}}
+FAST = {"score": {"use_embeddings": False}, "decontaminate": {"use_embeddings": False, "dedup": {"enabled": False}}}
 
 
 @pytest.fixture(scope="session")
