@@ -272,7 +272,14 @@ def score_frame(
             pl.col(S.REWARD_EMA).fill_null(pl.col(S.PASS_RATE)),
             (pl.col(ALL_EQUAL) & (pl.col(N_RECENT) >= cfg.min_samples)).fill_null(False).alias(S.ZERO_VARIANCE),
             coscale_pool_expr(cfg.unsolvable_below, cfg.solved_above).alias(S.COSCALE_POOL),
-            ((pl.col(S.N_SAMPLES) > 0) & (pl.col(S.PASS_RATE) >= cfg.solved_threshold)).alias(S.SOLVED),
+            # ScaleRL's No-Positive-Resampling looks at the observed pass rate, not the prior-smoothed posterior
+            # (with a pseudo-count, 8/8 correct never reaches 0.9 and the flag would never fire).
+            (
+                (pl.col(S.N_SAMPLES) >= cfg.min_samples)
+                & (pl.col(S.N_CORRECT) / pl.col(S.N_SAMPLES) >= cfg.solved_threshold)
+            )
+            .fill_null(False)
+            .alias(S.SOLVED),
             pl.col(S.CONTAMINATED).fill_null(False),
             pl.lit(cfg.run).alias(S.RUN),
         )

@@ -251,6 +251,7 @@ def test_score_frame_scores_train_rows_only_with_flags_and_sources():
     m = solved[S.PRIOR_PASS_RATE]
     assert solved[S.PASS_RATE] == pytest.approx((8 * m + 8) / 16)
     assert not row[train_ids[1]][S.ZERO_VARIANCE] and row[train_ids[1]][S.REWARD_EMA] > 0
+    assert not row[train_ids[1]][S.SOLVED]  # 4/8 observed: not retired, whatever the prior
     assert row[train_ids[2]][S.CONTAMINATED]
     assert set(out[S.PASS_RATE_SOURCE]) <= {"ledger", "label", "prior"}
     assert set(out[S.COT_SOURCE]) == {"ledger", "solution", "predicted"}
