@@ -28,7 +28,7 @@ MAX_SCAN = 200_000  # characters scanned for \boxed{} in one text: bounds the wo
 _BOX_CMDS = ("\\boxed", "\\fbox")
 _THOUSANDS = re.compile(r"^-?\d{1,3}(,\d{3})+(\.\d+)?$")
 _LATEX_THOUSANDS = re.compile(r"(?<=\d)\{,\}(?=\d{3})")
-_PLAIN_NUMBER = re.compile(r"^[-+]?\d+(\.\d+)?$")
+PLAIN_NUMBER = re.compile(r"^[-+]?\d+(\.\d+)?$")
 _WS = re.compile(r"\s+")
 _MONEY = re.compile(r"^\\?\$\s?-?[\d,]*\.?\d+$")
 _MULTI_DOLLAR = re.compile(r"\$[^$]*\$(\s*,\s*\$[^$]*\$)+")
@@ -102,7 +102,7 @@ def _unwrap_once(s: str) -> str:
 
 def _normalize_number(s: str) -> str:
     """``27.0`` -> ``27``, ``097`` -> ``97``, ``2.50`` -> ``2.5``, ``-0`` -> ``0``; other strings unchanged."""
-    if not _PLAIN_NUMBER.match(s):
+    if not PLAIN_NUMBER.match(s):
         return s
     try:
         d = Decimal(s)

@@ -18,7 +18,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from curate.cli_common import USER_ERRORS, Force, Home, Json, console, emit, fail, out, workspace
+from curate.cli_common import USER_ERRORS, Force, Home, Json, console, emit, fail, out, run_app, workspace
 
 
 app = typer.Typer(
@@ -212,20 +212,7 @@ def _render_summary(summary: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point; returns the exit code (testable without a subprocess)."""
-    try:
-        rc = app(args=argv, standalone_mode=False)  # click returns a typer.Exit's code instead of raising it
-    except typer.Exit as exc:
-        return exc.exit_code or 0
-    except SystemExit as exc:  # click usage errors
-        return int(exc.code or 0)
-    except Exception as exc:  # click.UsageError and friends print themselves; keep a clean message
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            return exc.exit_code
-        raise
-    return rc if isinstance(rc, int) else 0
+    return run_app(app, argv)
 
 
 # Verbs of later stages, defined beside their stage code.

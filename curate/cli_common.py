@@ -46,4 +46,20 @@ def emit(payload: Any, as_json: bool, render: Callable[[Any], None]) -> None:
         render(payload)
 
 
+def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
+    """Run a typer app and return its exit code instead of exiting (console scripts and tests both use it)."""
+    import click
+
+    try:
+        rc = app(args=argv, standalone_mode=False)  # click returns a typer.Exit's code instead of raising it
+    except typer.Exit as exc:
+        return exc.exit_code or 0
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    except click.ClickException as exc:  # usage errors: print click's message, no traceback
+        exc.show()
+        return exc.exit_code
+    return rc if isinstance(rc, int) else 0
+
+
 USER_ERRORS: tuple[type[BaseException], ...] = (FileNotFoundError, ValueError, KeyError, PermissionError)

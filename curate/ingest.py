@@ -27,7 +27,7 @@ import polars as pl
 
 from curate import answers as A
 from curate import schema as S
-from curate.config import IngestConfig, Recipe, SourceSpec
+from curate.config import IngestConfig, Recipe
 from curate.io import Manifest, Workspace, hash_inputs, read_parquet, up_to_date, write_json, write_manifest
 from curate.io import write_parquet as _write
 from curate.pipeline import StageResult
@@ -385,4 +385,4 @@ def _log(progress: bool, message: str) -> None:
         console.print(f"[dim]{message}[/]")
 
 
-__all__ = ["SourceSpec", "clean", "ingest", "merge", "pool_summary", "raw_frame", "reconcile", "run_stage"]
+__all__ = ["clean", "ingest", "merge", "pool_summary", "raw_frame", "reconcile", "run_stage"]

@@ -403,11 +403,6 @@ def problem_id(text: str) -> str:
     return hashlib.sha256(normalize_problem(text).encode("utf-8")).hexdigest()[:16]
 
 
-def problem_id_expr(column: str = PROBLEM) -> pl.Expr:
-    """``problem_id`` over a string column (runs the Python hash per row; polars has no stable sha256)."""
-    return pl.col(column).map_elements(problem_id, return_dtype=pl.String)
-
-
 def slug(name: str) -> str:
     """A file-system safe name for a model or encoder id: ``Qwen/Qwen2.5-Math-1.5B`` -> ``Qwen__Qwen2.5-Math-1.5B``."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name.replace("/", "__")).strip("_") or "unnamed"

@@ -198,6 +198,16 @@ def _read_disk_dataset(path: Path) -> list[dict]:
 
 # --------------------------------------------------------------------------------------------------- detection
 def _peek(path: Path) -> dict | None:
+    """The first readable record; Parquet files and dataset folders read one row, not the whole file."""
+    if path.is_dir():
+        from datasets import load_from_disk
+
+        ds = load_from_disk(str(path))
+        first = ds[next(iter(ds))] if hasattr(ds, "keys") else ds
+        return first[0] if len(first) else None
+    if path.suffix.lower() == ".parquet":
+        rows = pl.read_parquet(path, n_rows=1).to_dicts()
+        return rows[0] if rows else None
     for _, rec, err, _ in _records(path):
         if err is None:
             return rec

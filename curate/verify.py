@@ -51,7 +51,7 @@ from typing import Any
 
 from curate import config as config_mod
 from curate import verify_numeric
-from curate.answers import answer_key, find_boxed, normalize_alternatives, normalize_answer
+from curate.answers import PLAIN_NUMBER, answer_key, find_boxed, normalize_alternatives, normalize_answer
 
 
 # --------------------------------------------------------------------------------------------------- config
@@ -208,11 +208,8 @@ def extract_answer(completion: str, cfg: VerifyConfig = DEFAULT, prompt: str | N
 
 
 # --------------------------------------------------------------------------------------------------- judging
-_PLAIN_NUMBER = re.compile(r"^[-+]?\d+(\.\d+)?$")
-
-
 def _number(s: str) -> Decimal | None:
-    if not _PLAIN_NUMBER.match(s):
+    if not PLAIN_NUMBER.match(s):
         return None
     try:
         return Decimal(s)

@@ -67,11 +67,9 @@ def _root() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point; returns the exit code."""
-    try:
-        rc = app(args=argv, standalone_mode=False)
-    except typer.Exit as exc:
-        return exc.exit_code or 0
-    return rc if isinstance(rc, int) else 0
+    from curate.cli_common import run_app
+
+    return run_app(app, argv)
 
 
 if __name__ == "__main__":
