@@ -51,7 +51,7 @@ def pool_problems(ws: io.Workspace, pool: str) -> pl.DataFrame:
     """The pool's problems, ingesting the shared DeepScaleR + evaluation sources first if the pool is absent."""
     if not ws.table(pool, "problems").is_file():
         from curate.config import IngestConfig, SourceSpec
-        from curate.ingest import ingest
+        from curate.ingest.stage import ingest
 
         specs = tuple(SourceSpec(path=str(SHARED / s)) for s in SOURCES)
         ingest(ws, pool, IngestConfig(sources=specs), progress=True)
@@ -94,7 +94,7 @@ def _pairs(frame: pl.DataFrame, a: str, b: str) -> set[tuple[str, str]]:
 
 def agreement(ws: io.Workspace, problems: pl.DataFrame) -> dict:
     """Decontamination hits and near-duplicate pairs with float32 vs bfloat16 vectors of the whole pool."""
-    from curate.decontam import DecontamConfig, benchmark_problems, run
+    from curate.decontaminate.stage import DecontamConfig, benchmark_problems, run
     from curate.embed import EmbedConfig, embed_problems
 
     train = problems.filter(pl.col(S.SPLIT) != "test").sort(S.PROBLEM_ID)
@@ -136,7 +136,7 @@ def agreement(ws: io.Workspace, problems: pl.DataFrame) -> dict:
 
 def stage(ws: io.Workspace, pool: str) -> dict:
     """The decontaminate stage as a user runs it (default config), forced."""
-    from curate.decontam import DecontamConfig, decontaminate_pool
+    from curate.decontaminate.stage import DecontamConfig, decontaminate_pool
 
     t0 = time.perf_counter()
     result = decontaminate_pool(ws, pool, DecontamConfig(), force=True, progress=True)
@@ -148,8 +148,8 @@ def stage(ws: io.Workspace, pool: str) -> dict:
 
 def synthetic(n: int, worst_n: int, problems: pl.DataFrame, block: int) -> dict:
     """Blocked near-duplicate search over random unit vectors: answer-grouped at ``n``, ungrouped at ``worst_n``."""
-    from curate.answers import answer_key
-    from curate.dedup import similarity_edges
+    from curate.decontaminate.dedup import similarity_edges
+    from curate.verify.answers import answer_key
 
     rng = np.random.default_rng(0)
     keys = [answer_key(a or "") for a in problems.filter(pl.col(S.SPLIT) != "test")[S.ANSWER].to_list()]

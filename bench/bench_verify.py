@@ -53,7 +53,7 @@ def perturb(gold: str) -> str | None:
 
 def load_pairs(n_fastcurl: int, seed: int) -> list[tuple[str, str, str]]:
     """(source, gold, completion) triples."""
-    from curate.answers import normalize_answer
+    from curate.verify.answers import normalize_answer
 
     pairs = []
     for line in (DATA / "gsm8k" / "example_model_solutions.jsonl").open():
@@ -108,7 +108,7 @@ def main() -> None:
     import logging
 
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)  # the naive loop logs every timeout with its input
-    from curate import verify
+    from curate.verify import checker as verify
 
     pairs = load_pairs(args.fastcurl, args.seed)
     golds = [g for _, g, _ in pairs]

@@ -20,9 +20,10 @@ from typing import Any
 
 import yaml
 
+from curate.errors import ConfigError
 
-class ConfigError(ValueError):
-    """A recipe or override is invalid; the message names the key and what is allowed."""
+
+__all__ = ["ConfigError"]  # re-exported: stages import it from here
 
 
 # --------------------------------------------------------------------------------------------------- ingest

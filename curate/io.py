@@ -245,3 +245,23 @@ def hash_inputs(paths: Iterable[str | os.PathLike]) -> dict[str, str]:
         p = Path(p)
         out[str(p)] = file_hash(p) if p.exists() else "missing"
     return out
+
+
+@dataclass
+class StageResult:
+    """What one stage did: printed by the CLI, returned as JSON, shown as a Prefect artifact."""
+
+    stage: str
+    skipped: bool = False
+    outputs: list[str] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "skipped": self.skipped,
+            "outputs": self.outputs,
+            "summary": self.summary,
+            "wall_s": round(self.wall_s, 3),
+        }

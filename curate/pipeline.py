@@ -12,55 +12,49 @@ The CLI verb, ``curate run`` and the Prefect task all call ``run_stage``, so the
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from curate.config import ConfigError, Recipe
-from curate.io import Workspace
+from curate.curriculum import stage as curriculum
+from curate.decontaminate import stage as decontaminate
+from curate.ingest import stage as ingest
+from curate.io import StageResult, Workspace
+from curate.rollout import stage as rollout
+from curate.score import stage as score
+from curate.select import stage as select
 
 
-# Explicit, ordered: (stage name, module). A recipe's ``stages`` picks from these names.
-STAGES: tuple[tuple[str, str], ...] = (
-    ("ingest", "curate.ingest"),
-    ("decontaminate", "curate.decontam"),
-    ("rollout", "curate.rollout"),
-    ("score", "curate.score"),
-    ("select", "curate.select"),
-    ("curriculum", "curate.curriculum"),
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline stage: its recipe-section validator and its I/O entry point."""
+
+    name: str
+    load_config: Callable[[Recipe], Any]
+    run_stage: Callable[..., StageResult]
+
+
+# Explicit and ordered; a recipe's ``stages`` picks from these names.
+STAGES: tuple[Stage, ...] = (
+    Stage("ingest", ingest.load_config, ingest.run_stage),
+    Stage("decontaminate", decontaminate.load_config, decontaminate.run_stage),
+    Stage("rollout", rollout.load_config, rollout.run_stage),
+    Stage("score", score.load_config, score.run_stage),
+    Stage("select", select.load_config, select.run_stage),
+    Stage("curriculum", curriculum.load_config, curriculum.run_stage),
 )
 
 
-@dataclass
-class StageResult:
-    """What one stage did: printed by the CLI, returned as JSON, shown as a Prefect artifact."""
-
-    stage: str
-    skipped: bool = False
-    outputs: list[str] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
-    wall_s: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "stage": self.stage,
-            "skipped": self.skipped,
-            "outputs": self.outputs,
-            "summary": self.summary,
-            "wall_s": round(self.wall_s, 3),
-        }
-
-
 def stage_names() -> list[str]:
-    return [name for name, _ in STAGES]
+    return [stage.name for stage in STAGES]
 
 
-def _module(name: str):
-    for stage, module in STAGES:
-        if stage == name:
-            return importlib.import_module(module)
+def _module(name: str) -> Stage:
+    for stage in STAGES:
+        if stage.name == name:
+            return stage
     raise ConfigError(f"unknown stage {name!r}; stages: {stage_names()}")
 
 

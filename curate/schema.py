@@ -135,7 +135,9 @@ DROP_REASONS = (
     "contaminated",
     "near_duplicate",
 )
-INSTRUCTION_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
+# The instruction appended to every problem (DeepScaleR/FastCuRL). Builders of prompts live in curate/prompts.py.
+INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
+INSTRUCTION_SUFFIX = " " + INSTRUCTION
 
 # --------------------------------------------------------------------------------------------------- tables
 PROBLEMS = pl.Schema(
@@ -372,7 +374,7 @@ _WS = re.compile(r"\s+")
 def strip_instruction(text: str) -> str:
     """Remove the DeepScaleR/FastCuRL instruction suffix from a prompt, if present."""
     stripped = text.rstrip()
-    suffix = INSTRUCTION_SUFFIX.strip()
+    suffix = INSTRUCTION
     if stripped.endswith(suffix):
         return stripped[: -len(suffix)].rstrip()
     return text

@@ -100,7 +100,7 @@ def run_stage(name: str, recipe_path: str, overrides: dict[str, Any] | None, hom
 @task(cache_policy=NONE, task_run_name="rollout-plan")
 def rollout_plan(recipe_path: str, overrides: dict[str, Any] | None, home: str) -> list[Any]:
     """The rollout shards still to run (finished shards are in the ledger and not planned again)."""
-    from curate import rollout
+    from curate.rollout import stage as rollout
 
     recipe = config.load_recipe(recipe_path, overrides)
     return list(rollout.plan_shards(Workspace(Path(home)), recipe.pool, rollout.load_config(recipe)))
@@ -109,7 +109,7 @@ def rollout_plan(recipe_path: str, overrides: dict[str, Any] | None, home: str) 
 @task(cache_policy=NONE, task_run_name="rollout-shard-{index}")
 def rollout_shard(recipe_path: str, overrides: dict[str, Any] | None, home: str, shard: Any, index: int) -> str | None:
     """Generate and verify one shard on whichever engine runs this task; returns the ledger part it wrote."""
-    from curate import rollout
+    from curate.rollout import stage as rollout
 
     recipe = config.load_recipe(recipe_path, overrides)
     path = rollout.run_shard(Workspace(Path(home)), recipe.pool, rollout.load_config(recipe), shard)
@@ -119,7 +119,7 @@ def rollout_shard(recipe_path: str, overrides: dict[str, Any] | None, home: str,
 @task(cache_policy=NONE, task_run_name="rollout-finalize")
 def rollout_finalize(recipe_path: str, overrides: dict[str, Any] | None, home: str, force: bool) -> dict:
     """Refresh the stats and write the ledger's manifest, exactly as the unsharded stage does at its end."""
-    from curate import rollout
+    from curate.rollout import stage as rollout
 
     recipe = config.load_recipe(recipe_path, overrides)
     return rollout.finalize(Workspace(Path(home)), recipe.pool, rollout.load_config(recipe), force=force).to_dict()

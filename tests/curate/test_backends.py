@@ -23,9 +23,12 @@ from types import SimpleNamespace
 import polars as pl
 import pytest
 
-from curate import backends, io, rollout, stats, vllm_backend
+from curate import io, prompts
 from curate import schema as S
-from curate.backends import BackendError, OpenAIOptions, Request, Sampling
+from curate.rollout import backends, stats
+from curate.rollout import stage as rollout
+from curate.rollout import vllm_engine as vllm_backend
+from curate.rollout.backends import BackendError, OpenAIOptions, Request, Sampling
 from tests.tiny_model import problems_frame, shared_tiny_model
 
 
@@ -45,11 +48,11 @@ def test_prompt_from_chat_template_and_seeds(tiny):
 
     path, _ = tiny
     tok = AutoTokenizer.from_pretrained(path)
-    msg = backends.user_message("  Compute 2 + 3. ")
+    msg = prompts.user_message("  Compute 2 + 3. ")
     assert msg == "Compute 2 + 3. Let's think step by step and output the final answer within \\boxed{}."
-    assert backends.build_prompt(tok, msg) == f"<|im_start|>user\n{msg}<|im_end|>\n<|im_start|>assistant\n"
-    assert backends.build_prompt(None, msg) == msg  # no template (a base model): the bare message
-    assert backends.user_message("x", instruction="") == "x"
+    assert prompts.build_prompt(tok, msg) == f"<|im_start|>user\n{msg}<|im_end|>\n<|im_start|>assistant\n"
+    assert prompts.build_prompt(None, msg) == msg  # no template (a base model): the bare message
+    assert prompts.user_message("x", instruction="") == "x"
     seeds = {backends.request_seed(0, "p", i) for i in range(4)}
     assert len(seeds) == 4 and backends.request_seed(0, "p", 0) == backends.request_seed(0, "p", 0)
     assert backends.finish_reason("abort") == "error" and backends.finish_reason("length") == "length"
@@ -185,7 +188,7 @@ class Server:
 
         tok, lm, _ = backends.load_hf(self.model_path)
         chat = path.endswith("/chat/completions")
-        prompt = backends.build_prompt(tok, body["messages"][-1]["content"]) if chat else body["prompt"]
+        prompt = prompts.build_prompt(tok, body["messages"][-1]["content"]) if chat else body["prompt"]
         enc = tok([prompt] * body["n"], return_tensors="pt", add_special_tokens=False)
         with self.lock:
             torch.manual_seed(body.get("seed", 0))

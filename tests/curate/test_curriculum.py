@@ -15,14 +15,14 @@ from curate import io, pipeline
 from curate import schema as S
 from curate.cli import main as cli_main
 from curate.config import ConfigError, recipe_from_mapping
-from curate.curriculum import (
+from curate.curriculum.sampler import SamplerConfig
+from curate.curriculum.stage import (
     CurriculumConfig,
     build,
     fastcurl_stages,
     prompt_length,
     split_by_prompt_length,
 )
-from curate.sampler import SamplerConfig
 
 
 def problems_frame(n: int, seed: int = 0) -> pl.DataFrame:
@@ -202,7 +202,7 @@ def test_pass_rates_from_pooled_ledger_stats(ws):
     io.write_parquet(stats, ws.table("demo", "stats"), S.STATS)
     with pytest.raises(ValueError, match="pick one"):
         build(ws, CurriculumConfig(name="b", pool="demo", plan="bands"))
-    from curate.curriculum_inputs import load_inputs
+    from curate.curriculum.inputs import load_inputs
 
     got = load_inputs(ws, {"selection": None, "pool": "demo"}, model="*").sort(S.PROBLEM_ID)
     by_id = {r[S.PROBLEM_ID]: r for r in got.iter_rows(named=True)}

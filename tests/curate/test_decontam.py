@@ -12,20 +12,20 @@ import numpy as np
 import polars as pl
 import pytest
 
-from curate import answers as A
 from curate import io, pipeline
 from curate import schema as S
 from curate.cli import main
 from curate.config import ConfigError, Recipe
-from curate.decontam import (
+from curate.decontaminate.dedup import DedupConfig, answers_compatible
+from curate.decontaminate.stage import (
     DecontamConfig,
     decontaminate,
     decontaminate_pool,
     exact_at_ingest,
     load_config,
 )
-from curate.dedup import DedupConfig, answers_compatible
 from curate.embed import EmbedConfig, embed_problems
+from curate.verify import answers as A
 
 
 TRAINS = "Two trains leave the same station at noon. The first travels east at 60 miles per hour and the second "

@@ -11,7 +11,7 @@ import pytest
 
 from curate import schema as S
 from curate.config import ConfigError
-from curate.dedup import (
+from curate.decontaminate.dedup import (
     DedupConfig,
     connected_components,
     near_duplicates,

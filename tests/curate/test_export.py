@@ -5,8 +5,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from curate import export, io
+from curate import io
 from curate import schema as S
+from curate.select import export
 
 
 def selection(n: int = 12) -> pl.DataFrame:

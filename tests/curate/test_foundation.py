@@ -9,11 +9,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from curate import answers as A
 from curate import schema as S
 from curate.config import ConfigError, load_recipe, parse_overrides
-from curate.generate import generate, generate_problem, parse_uri
+from curate.ingest.generate import generate, generate_problem, parse_uri
 from curate.io import Manifest, Workspace, read_parquet, up_to_date, write_manifest, write_parquet
+from curate.verify import answers as A
 
 
 REPO = Path(__file__).resolve().parents[2]

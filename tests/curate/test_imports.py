@@ -11,9 +11,10 @@ import json
 import polars as pl
 import pytest
 
-from curate import imports, io, stats
+from curate import io
 from curate import schema as S
 from curate.cli import main as cli_main
+from curate.rollout import imports, stats
 from tests.tiny_model import problems_frame
 
 

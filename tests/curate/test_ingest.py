@@ -9,7 +9,7 @@ import pytest
 
 from curate import schema as S
 from curate.config import IngestConfig, SourceSpec
-from curate.ingest import clean, ingest, merge, raw_frame
+from curate.ingest.stage import clean, ingest, merge, raw_frame
 from curate.io import read_manifest, read_parquet
 
 

@@ -19,11 +19,13 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from curate import io, pipeline, rollout, stats
+from curate import io, pipeline
 from curate import schema as S
-from curate.backends import HFOptions
 from curate.cli import main as cli_main
 from curate.config import ConfigError, recipe_from_mapping
+from curate.rollout import stage as rollout
+from curate.rollout import stats
+from curate.rollout.backends import HFOptions
 from tests.tiny_model import problems_frame, shared_tiny_model
 
 

@@ -16,9 +16,8 @@ import pytest
 from curate import io
 from curate import schema as S
 from curate.config import ConfigError, from_mapping
-from curate.curriculum_rules import des_scores, mix_schedule, select_by_des
-from curate.des import DesConfig
-from curate.sampler import (
+from curate.curriculum.rules import des_scores, mix_schedule, select_by_des
+from curate.curriculum.sampler import (
     CurriculumSampler,
     PassRateTracker,
     RolloutLadder,
@@ -30,6 +29,7 @@ from curate.sampler import (
     temperature_schedule,
     zero_variance_mask,
 )
+from curate.score.des import DesConfig
 
 
 IDS = [f"p{i:02d}" for i in range(12)]
@@ -64,7 +64,7 @@ def test_rollouts_for_signal_grows_for_hard_problems():
 
 
 def test_eta_over_n_efficiency_peaks_at_the_optimum():
-    from curate.sampler import efficiency, optimal_eta_over_n
+    from curate.curriculum.sampler import efficiency, optimal_eta_over_n
 
     x = optimal_eta_over_n(1.0, 2.0)
     assert x == 0.25 and efficiency(x, 1.0, 2.0) == 0.125

@@ -15,9 +15,9 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from curate import schema as S
-from curate import score
-from curate.des import DesConfig, PoolStats
-from curate.evidence import EvidenceConfig, ledger_evidence, target_model
+from curate.score import stage as score
+from curate.score.des import DesConfig, PoolStats
+from curate.score.evidence import EvidenceConfig, ledger_evidence, target_model
 
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -294,7 +294,7 @@ def test_score_stage_writes_manifest_skips_and_runs_from_the_cli(ws):
 
 
 def test_stats_evidence_without_a_ledger():
-    from curate.evidence import stats_evidence
+    from curate.score.evidence import stats_evidence
 
     stats = pl.DataFrame(
         {

@@ -16,8 +16,8 @@ from polars.testing import assert_frame_equal
 
 from curate import io
 from curate import schema as S
-from curate import select as sel
-from curate.answers import normalize_answer
+from curate.select import stage as sel
+from curate.verify.answers import normalize_answer
 
 
 def candidates(n: int = 200, clusters: int = 4) -> pl.DataFrame:
@@ -250,9 +250,10 @@ def fake_embeddings(ws, problems, embed, progress):
 
 
 def test_clusters_from_embeddings_and_reclustering(ws, monkeypatch):
-    from curate import score
+    from curate import cluster
+    from curate.score import stage as score
 
-    monkeypatch.setattr(score, "embed_pool", fake_embeddings)
+    monkeypatch.setattr(cluster, "embed_pool", fake_embeddings)
     write_pool(ws, "toy", candidates(120))
     result = score.score_pool(ws, "toy", score.ScoreConfig(clusters=4, min_train=5), progress=False)
     assert result.summary["clusters"] == 4

@@ -13,9 +13,9 @@ from curate import io
 from curate import schema as S
 from curate.cli import main as cli_main
 from curate.config import ConfigError
-from curate.curriculum import CurriculumConfig, build
-from curate.sampler import SamplerConfig
-from curate.simulate import SimulateConfig, initial_pass_rates, policy_config, run_simulation, stage_steps
+from curate.curriculum.sampler import SamplerConfig
+from curate.curriculum.simulate import SimulateConfig, initial_pass_rates, policy_config, run_simulation, stage_steps
+from curate.curriculum.stage import CurriculumConfig, build
 
 
 def test_policy_names():

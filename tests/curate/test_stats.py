@@ -12,8 +12,9 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from curate import io, stats
+from curate import io
 from curate import schema as S
+from curate.rollout import stats
 
 
 POOL = "p"

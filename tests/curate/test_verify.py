@@ -16,9 +16,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from curate import verify, verify_numeric
-from curate.verify import VerifyConfig, check, check_batch, equivalent_batch, extract_answer
-from curate.verify_pool import Pool
+from curate.verify import checker as verify
+from curate.verify import numeric as verify_numeric
+from curate.verify.checker import VerifyConfig, check, check_batch, equivalent_batch, extract_answer
+from curate.verify.pool import Pool
 
 
 FAST = VerifyConfig(parse_timeout_s=1, verify_timeout_s=1, item_timeout_s=10.0)  # for inputs meant to time out
@@ -265,14 +266,14 @@ def test_pool_replaces_dead_and_hung_workers():
 
 
 def test_only_curate_verify_imports_math_verify():
-    repo = Path(verify.__file__).resolve().parents[1]
+    repo = Path(verify.__file__).resolve().parents[2]
     importers = sorted(
         str(p.relative_to(repo))
         for package in ("curate", "training", "flows")
         for p in (repo / package).rglob("*.py")
         if re.search(r"^\s*(from|import)\s+math_verify\b", p.read_text(encoding="utf-8"), re.M)
     )
-    assert importers == ["curate/verify.py"]
+    assert importers == ["curate/verify/checker.py"]
 
 
 # --------------------------------------------------------------------------------------------------- CLI
@@ -332,7 +333,7 @@ def test_cli_verify_explodes_samples_and_reads_struct_fields(tmp_path, monkeypat
 def test_real_gsm8k_labels_agree(shared_data):
     path = shared_data / "gsm8k" / "example_model_solutions.jsonl"
     df = pl.read_ndjson(path, n_rows=300)
-    from curate.cli_verify import verify_frame
+    from curate.cli.verify import verify_frame
 
     _, summary = verify_frame(
         df, "ground_truth", "175b_verification.solution", label_col="175b_verification.is_correct"

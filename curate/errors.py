@@ -1,0 +1,25 @@
+"""User-facing errors. The CLI prints a ``CurateError`` as one line and exits 2; anything else is a bug and keeps
+its traceback (issue 10: a blanket ``except ValueError`` hid real bugs).
+
+- ``ConfigError``: a recipe or option is wrong (unknown key, bad value); raised before any work starts.
+- ``InputError``: an input file or source cannot be read as asked (missing column, unknown format, no such pool).
+- ``LockTimeout``: another writer holds the pool, selection or curriculum lock longer than ``--lock-timeout``.
+"""
+
+from __future__ import annotations
+
+
+class CurateError(Exception):
+    """Base of every error a user can fix by changing the command, the recipe or the input."""
+
+
+class ConfigError(CurateError, ValueError):
+    """A recipe, option or stage setting is invalid."""
+
+
+class InputError(CurateError, ValueError):
+    """An input cannot be read as asked."""
+
+
+class LockTimeout(CurateError, TimeoutError):
+    """Another process holds a workspace lock."""

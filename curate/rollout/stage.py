@@ -1,0 +1,461 @@
+r"""The rollout stage: sample k completions per problem, verify each, append them to the resumable ledger.
+
+Pipeline position: ingest -> decontaminate -> **rollout** -> score -> select -> curriculum. Reads
+``pools/<pool>/problems.parquet``; appends to ``pools/<pool>/rollouts/<model>/part-*.parquet`` (schema.ROLLOUTS,
+key (problem_id, model, sample_idx)); refreshes ``pools/<pool>/stats.parquet`` (``curate.stats``).
+
+How a job is cut and why a crash loses nothing:
+
+1. ``plan_shards``: candidate problems (``splits``, minus already-solved ones with ``only_unsolved``, first
+   ``limit`` by sorted problem_id) are cut into fixed chunks of ``shard_size`` problems *before* looking at the
+   ledger; each chunk keeps only its missing (problem, sample_idx) pairs, sample_idx in ``[0, n)``. Finished chunks
+   drop out whole, so the remaining shards are the same on every re-run: same batches, same seeds, same
+   completions.
+2. ``run_shard``: generate, verify every completion with ``curate.verify.check_batch``, write the shard as ONE
+   parquet file, atomically (temp file + rename), named by run id, chunk index and a digest of its keys. A shard
+   either exists whole or not at all; running it again is a no-op.
+3. ``finalize``: refresh the stats table (incremental), write the manifest.
+
+Kill the process at any moment (SIGKILL included) and run the same command again: the plan recomputes what is
+missing and does only that. Reads deduplicate by key as a safety net (two processes planning the same work at
+once). ``only_unsolved`` ignores the current run's own rows, so its candidate list, and with it the shards, also
+stay fixed across a resume.
+
+Scale-out (flows/): ``plan_shards`` -> map ``run_shard`` over workers -> ``finalize``. All three take picklable
+arguments (``Workspace``, pool name, frozen ``RolloutConfig``, frozen ``Shard``).
+
+Example ledger row: ``{"problem_id": "3f9c...", "model": "Qwen/Qwen2.5-Math-1.5B", "sample_idx": 3, "completion":
+"... \\boxed{5}", "prompt_tokens": 61, "completion_tokens": 412, "finish_reason": "stop", "extracted_answer": "5",
+"verdict": "correct", "correct": True, "reward": 1.0, "temperature": 1.0, "top_p": 1.0, "max_tokens": 4096,
+"seed": 0, "backend": "vllm", "run_id": "r-1a2b3c4d5e6f", ...}``
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from curate import config as config_mod
+from curate import io, prompts, verify
+from curate import schema as S
+from curate.io import StageResult
+from curate.prompts import INSTRUCTION as DEFAULT_INSTRUCTION
+from curate.rollout import backends, stats
+from curate.rollout.backends import HFOptions, OpenAIOptions, Request, Sampling
+from curate.rollout.vllm_engine import VLLMOptions
+
+
+BACKENDS = ("hf", "vllm", "openai")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """One rollout job (recipe key ``rollout``; answer-checking settings come from the recipe's ``verify``).
+
+    model: HF id or local path (for ``openai``: the served model name). revision: pin a hub revision.
+    n: samples per problem (sample_idx 0..n-1; raising n later adds only the new indices).
+    temperature / top_p / max_tokens / seed: sampling, recorded on every ledger row; temperature 0 is greedy.
+    instruction: appended to the problem in the user turn of the chat template.
+    splits: which problems to sample (test problems are evaluation sets). limit: first K problems by problem_id.
+    only_unsolved: skip problems the ledger already shows solved by this model (in an earlier run).
+    shard_size: problems per shard (the unit of atomic writes and of resume).
+    data_parallel_size / data_parallel_rank: this process takes the shards ``i % size == rank``.
+    verify_workers: processes for answer checking (None: ``verify.workers``).
+    prior: Beta prior (a, b) of the stats table's pass-rate posterior (None: keep the table's, else Beta(1, 1)).
+    """
+
+    model: str = ""
+    backend: str = "hf"
+    revision: str | None = None
+    n: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 4096
+    seed: int = 0
+    instruction: str = DEFAULT_INSTRUCTION
+    splits: tuple[str, ...] = ("train",)
+    limit: int | None = None
+    only_unsolved: bool = False
+    shard_size: int = 64
+    data_parallel_size: int = 1
+    data_parallel_rank: int = 0
+    hf: HFOptions = field(default_factory=HFOptions)
+    vllm: VLLMOptions = field(default_factory=VLLMOptions)
+    openai: OpenAIOptions = field(default_factory=OpenAIOptions)
+    verify: verify.VerifyConfig = field(default_factory=verify.VerifyConfig)
+    verify_workers: int | None = None
+    prior: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise config_mod.ConfigError("rollout.model is required (an HF id, a local path, or a served name)")
+        if self.backend not in BACKENDS:
+            raise config_mod.ConfigError(f"rollout.backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.n < 1 or self.shard_size < 1 or self.max_tokens < 1:
+            raise config_mod.ConfigError("rollout.n, rollout.shard_size and rollout.max_tokens must be >= 1")
+        if not 0 <= self.data_parallel_rank < self.data_parallel_size:
+            raise config_mod.ConfigError("rollout.data_parallel_rank must be in [0, data_parallel_size)")
+
+    @property
+    def sampling(self) -> Sampling:
+        return Sampling(self.temperature, self.top_p, self.max_tokens, self.seed)
+
+
+def load_config(recipe: config_mod.Recipe) -> RolloutConfig:
+    """The recipe's ``rollout`` mapping, with ``verify`` taken from the recipe's shared ``verify`` key."""
+    data = recipe.stage_config("rollout")
+    if "verify" in data:
+        raise config_mod.ConfigError("set answer-checking options under the recipe's top-level `verify:` key")
+    cfg = config_mod.from_mapping(RolloutConfig, data, "rollout")
+    return dataclasses.replace(cfg, verify=verify.load_config(recipe))
+
+
+def run_id(cfg: RolloutConfig) -> str:
+    """Id of a job: a hash of everything that shapes its samples (model, backend, sampling, instruction, n)."""
+    keys = {
+        "model": cfg.model,
+        "revision": cfg.revision,
+        "backend": cfg.backend,
+        "n": cfg.n,
+        "sampling": dataclasses.asdict(cfg.sampling),
+        "instruction": cfg.instruction,
+    }
+    return "r-" + hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:12]
+
+
+# --------------------------------------------------------------------------------------------------- planning
+@dataclass(frozen=True)
+class WorkItem:
+    """One problem of a shard with the sample indices still missing for it."""
+
+    problem_id: str
+    problem: str
+    golds: tuple[str, ...]
+    sample_idxs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A fixed chunk of a job's problems (``index`` in the job's chunk list), restricted to its missing samples."""
+
+    index: int
+    run_id: str
+    items: tuple[WorkItem, ...]
+
+    @property
+    def samples(self) -> int:
+        return sum(len(i.sample_idxs) for i in self.items)
+
+    @property
+    def name(self) -> str:
+        keys = ";".join(f"{i.problem_id}:{','.join(map(str, i.sample_idxs))}" for i in self.items)
+        return f"part-{self.run_id}-{self.index:06d}-{hashlib.sha256(keys.encode()).hexdigest()[:12]}"
+
+
+def shard_path(ws: io.Workspace, pool: str, cfg: RolloutConfig, shard: Shard) -> Path:
+    return ws.ledger_dir(pool, cfg.model) / f"{shard.name}.parquet"
+
+
+def manifest_path(ws: io.Workspace, pool: str, model: str) -> Path:
+    """``rollouts/<model>.manifest.json``: beside the model's folder, so the folder holds only parquet parts."""
+    return ws.ledger_dir(pool) / f"{S.slug(model)}.manifest.json"
+
+
+def _golds(answer: str | None, alternatives: list[str] | None) -> tuple[str, ...]:
+    alts = [a for a in (alternatives or []) if a]
+    return tuple(alts or ([answer] if answer else []))
+
+
+def candidates(ws: io.Workspace, pool: str, cfg: RolloutConfig) -> tuple[pl.DataFrame, dict[str, int]]:
+    """The job's problems in problem_id order, and how many of the pool's problems each filter left out."""
+    cols = [S.PROBLEM_ID, S.PROBLEM, S.ANSWER, S.ANSWER_ALTERNATIVES, S.SPLIT]
+    problems = pl.read_parquet(ws.require_pool(pool), columns=cols).sort(S.PROBLEM_ID)
+    excluded: dict[str, int] = {}
+    keep = problems.filter(pl.col(S.SPLIT).is_in(list(cfg.splits)))
+    excluded["split"] = problems.height - keep.height
+    if cfg.only_unsolved:
+        led = stats.read_ledger(ws, pool, cfg.model, columns=[S.CORRECT, S.RUN_ID])
+        solved = led.filter(pl.col(S.CORRECT).fill_null(False) & (pl.col(S.RUN_ID) != run_id(cfg)))
+        before = keep.height
+        keep = keep.join(solved.select(S.PROBLEM_ID).unique(), on=S.PROBLEM_ID, how="anti")
+        excluded["solved"] = before - keep.height
+    if cfg.limit is not None:
+        excluded["limit"] = max(0, keep.height - cfg.limit)
+        keep = keep.head(cfg.limit)
+    return keep, excluded
+
+
+def plan_shards(ws: io.Workspace, pool: str, cfg: RolloutConfig) -> list[Shard]:
+    """The shards of this job that still have missing samples (of this data-parallel rank), in order."""
+    return _plan(ws, pool, cfg)[0]
+
+
+def _plan(ws: io.Workspace, pool: str, cfg: RolloutConfig) -> tuple[list[Shard], dict[str, Any]]:
+    """Shards, and where every pool problem went: ``pool = sum(excluded) + complete + other_rank + planned``."""
+    keep, excluded = candidates(ws, pool, cfg)
+    have = stats.read_ledger(ws, pool, cfg.model, columns=[])
+    done = have.group_by(S.PROBLEM_ID).agg(pl.col(S.SAMPLE_IDX))
+    done_map = dict(zip(done[S.PROBLEM_ID].to_list(), done[S.SAMPLE_IDX].to_list(), strict=True))
+    rid = run_id(cfg)
+    shards = []
+    rows = keep.to_dicts()
+    counts = {"complete": 0, "other_rank": 0, "planned": 0}
+    for index, start in enumerate(range(0, len(rows), cfg.shard_size)):
+        chunk = rows[start : start + cfg.shard_size]
+        if index % cfg.data_parallel_size != cfg.data_parallel_rank:
+            counts["other_rank"] += len(chunk)
+            continue
+        items = []
+        for row in chunk:
+            present = set(done_map.get(row[S.PROBLEM_ID]) or ())
+            missing = tuple(i for i in range(cfg.n) if i not in present)
+            if missing:
+                golds = _golds(row[S.ANSWER], row[S.ANSWER_ALTERNATIVES])
+                items.append(WorkItem(row[S.PROBLEM_ID], row[S.PROBLEM], golds, missing))
+        counts["complete"] += len(chunk) - len(items)
+        counts["planned"] += len(items)
+        if items:
+            shards.append(Shard(index, rid, tuple(items)))
+    return shards, {"pool": keep.height + sum(excluded.values()), "excluded": excluded, **counts}
+
+
+# --------------------------------------------------------------------------------------------------- one shard
+def load_backend(cfg: RolloutConfig) -> None:
+    """Load the model (hf) or engine (vllm) now, once per process, so generation timings exclude it."""
+    if cfg.backend == "hf":
+        backends.load_hf(cfg.model, cfg.revision, cfg.hf)
+    elif cfg.backend == "vllm":
+        from curate.rollout import vllm_engine as vllm_backend
+
+        vllm_backend.load_engine(cfg.model, cfg.revision, cfg.vllm, cfg.seed)
+
+
+def generate(cfg: RolloutConfig, requests: list[Request], on_done: backends.OnDone | None = None) -> list:
+    """Dispatch to the configured backend (vLLM is imported only here, only when chosen)."""
+    if cfg.backend == "hf":
+        return backends.generate_hf(requests, cfg.model, cfg.sampling, cfg.hf, revision=cfg.revision, on_done=on_done)
+    if cfg.backend == "openai":
+        return backends.generate_openai(requests, cfg.model, cfg.sampling, cfg.openai, on_done=on_done)
+    from curate.rollout import vllm_engine as vllm_backend
+
+    return vllm_backend.generate_vllm(
+        requests, cfg.model, cfg.sampling, cfg.vllm, revision=cfg.revision, on_done=on_done
+    )
+
+
+def ledger_rows(
+    cfg: RolloutConfig, shard: Shard, completions: list, verdicts: list[verify.Verdict], now: dt.datetime
+) -> pl.DataFrame:
+    """Completions and their verdicts as ledger rows (schema.ROLLOUTS), sorted by (problem_id, sample_idx)."""
+    rows = {name: [] for name in S.ROLLOUTS}
+    for c, v in zip(completions, verdicts, strict=True):
+        values = {
+            S.PROBLEM_ID: c.problem_id,
+            S.MODEL: cfg.model,
+            S.SAMPLE_IDX: c.sample_idx,
+            S.COMPLETION: c.text,
+            S.PROMPT_TOKENS: c.prompt_tokens,
+            S.COMPLETION_TOKENS: c.completion_tokens,
+            S.FINISH_REASON: c.finish_reason,
+            S.EXTRACTED_ANSWER: v.extracted,
+            S.VERDICT: v.verdict,
+            S.CORRECT: v.correct,
+            S.REWARD: verify.reward_of(v, cfg.verify),
+            S.TEMPERATURE: cfg.temperature,
+            S.TOP_P: cfg.top_p,
+            S.MAX_TOKENS: cfg.max_tokens,
+            S.SEED: cfg.seed,
+            S.BACKEND: cfg.backend,
+            S.RUN_ID: shard.run_id,
+            S.CREATED_AT: now,
+        }
+        for name in S.ROLLOUTS:
+            rows[name].append(values.get(name))
+    return pl.DataFrame(rows, schema=S.ROLLOUTS).sort([S.PROBLEM_ID, S.SAMPLE_IDX])
+
+
+def run_shard(
+    ws: io.Workspace,
+    pool: str,
+    cfg: RolloutConfig,
+    shard: Shard,
+    *,
+    on_done: backends.OnDone | None = None,
+    timings: dict[str, float] | None = None,
+) -> Path | None:
+    """Generate, verify and write one shard atomically; a shard already on disk is not redone (idempotent).
+
+    on_done: progress callback (samples, tokens) per finished batch. timings: seconds spent loading the model
+    (first shard of a process only), generating and verifying are added under ``load_s``, ``generate_s``,
+    ``verify_s``.
+    """
+    timings = {} if timings is None else timings
+    if not shard.items:
+        return None
+    path = shard_path(ws, pool, cfg, shard)
+    if path.exists():
+        return path
+    messages = {i.problem_id: prompts.user_message(i.problem, cfg.instruction) for i in shard.items}
+    requests = [
+        Request(
+            i.problem_id,
+            messages[i.problem_id],
+            i.sample_idxs,
+            backends.request_seed(cfg.seed, i.problem_id, i.sample_idxs[0]),
+        )
+        for i in shard.items
+    ]
+    t0 = time.perf_counter()
+    load_backend(cfg)
+    timings["load_s"] = timings.get("load_s", 0.0) + time.perf_counter() - t0
+    t0 = time.perf_counter()
+    completions = generate(cfg, requests, on_done)
+    t1 = time.perf_counter()
+    want = {(i.problem_id, s) for i in shard.items for s in i.sample_idxs}
+    got = [(c.problem_id, c.sample_idx) for c in completions]
+    if len(got) != len(want) or set(got) != want:
+        raise RuntimeError(f"shard {shard.name}: backend returned {len(got)} samples for {len(want)} wanted")
+    golds = {i.problem_id: list(i.golds) for i in shard.items}
+    verdicts = verify.check_batch(
+        [c.text for c in completions],
+        [golds[c.problem_id] for c in completions],
+        cfg.verify,
+        finish_reasons=[c.finish_reason for c in completions],
+        prompts=[messages[c.problem_id] for c in completions],
+        workers=cfg.verify_workers,
+    )
+    timings["generate_s"] = timings.get("generate_s", 0.0) + t1 - t0
+    timings["verify_s"] = timings.get("verify_s", 0.0) + time.perf_counter() - t1
+    frame = ledger_rows(cfg, shard, completions, verdicts, dt.datetime.now(dt.UTC))
+    return io.write_parquet(frame, path, S.ROLLOUTS)
+
+
+# --------------------------------------------------------------------------------------------------- job
+def finalize(ws: io.Workspace, pool: str, cfg: RolloutConfig, *, force: bool = False) -> StageResult:
+    """Refresh the stats table and write the model ledger's manifest; summarize this job's rows."""
+    rid = run_id(cfg)
+    refreshed = stats.refresh_stats(ws, pool, prior=cfg.prior, force=force)
+    folder = ws.ledger_dir(pool, cfg.model)
+    own = [f for f in stats.ledger_files(ws, pool, cfg.model) if f.name.startswith(f"part-{rid}-")]
+    cols = [S.VERDICT, S.CORRECT, S.COMPLETION_TOKENS, S.FINISH_REASON]
+    rows = stats.dedupe(stats.read_files(own, [*stats.KEY, *cols]))
+    verdicts = {k: int(v) for k, v in rows[S.VERDICT].value_counts().iter_rows()} if rows.height else {}
+    ledger_rows_total = stats.read_ledger(ws, pool, cfg.model, columns=[]).height
+    summary: dict[str, Any] = {
+        "pool": pool,
+        "model": cfg.model,
+        "backend": cfg.backend,
+        "run_id": rid,
+        "job_samples": rows.height,
+        "job_problems": rows[S.PROBLEM_ID].n_unique() if rows.height else 0,
+        "job_pass_rate": round(float(rows[S.CORRECT].mean()), 4) if rows.height else None,
+        "job_mean_tokens": round(float(rows[S.COMPLETION_TOKENS].mean() or 0), 1) if rows.height else None,
+        "verdicts": dict(sorted(verdicts.items())),
+        "ledger_rows": ledger_rows_total,
+        "stats": refreshed,
+    }
+    if folder.is_dir():
+        manifest = io.Manifest(
+            stage="rollout",
+            inputs=io.hash_inputs([ws.table(pool, "problems")]),
+            config=dataclasses.asdict(cfg),
+            rows_in=rows.height,
+            rows_out=ledger_rows_total,
+            extra={"run_id": rid, "verdicts": summary["verdicts"]},
+        )
+        io.write_json(manifest_path(ws, pool, cfg.model), dataclasses.asdict(manifest.seal()))
+    return StageResult(
+        stage="rollout", outputs=[str(folder), str(ws.table(pool, "stats"))], summary=summary, skipped=False
+    )
+
+
+def rollout(
+    ws: io.Workspace, pool: str, cfg: RolloutConfig, *, force: bool = False, progress: bool = False
+) -> StageResult:
+    """Plan, run every shard (with a progress bar), finalize: what ``curate rollout`` and ``run_stage`` call."""
+    t0 = time.perf_counter()
+    shards, problems = _plan(ws, pool, cfg)
+    total = sum(s.samples for s in shards)
+    generated = tokens = 0
+    with SampleProgress(progress, total, f"rollout {cfg.model}") as bar:
+
+        def on_done(k: int, t: int) -> None:
+            nonlocal generated, tokens
+            generated += k
+            tokens += t
+            bar(k, t)
+
+        timings = {"load_s": 0.0, "generate_s": 0.0, "verify_s": 0.0}
+        for shard in shards:
+            run_shard(ws, pool, cfg, shard, on_done=on_done, timings=timings)
+    result = finalize(ws, pool, cfg, force=force)
+    wall = time.perf_counter() - t0
+    result.wall_s = wall
+    result.skipped = not shards
+    result.summary = {
+        "problems": problems,
+        "shards_run": len(shards),
+        "samples_generated": generated,
+        "tokens_generated": tokens,
+        "tokens_per_s": round(tokens / timings["generate_s"], 1) if timings["generate_s"] > 0 else None,
+        **{k: round(v, 2) for k, v in timings.items()},
+        **result.summary,
+    }
+    return result
+
+
+def run_stage(ws: io.Workspace, recipe: config_mod.Recipe, *, force: bool = False) -> StageResult:
+    """Stage wrapper: plan, run all shards, finalize. ``force`` recomputes the stats from the whole ledger.
+
+    Generated rows are never regenerated (the ledger is append-only; delete part files to redo them); a job with
+    nothing missing is reported as skipped.
+    """
+    return rollout(ws, recipe.pool, load_config(recipe), force=force)
+
+
+class SampleProgress:
+    """A rich progress bar over samples with ETA and tokens/s (or nothing); the context value advances it."""
+
+    def __init__(self, show: bool, total: int, label: str) -> None:
+        self.bar = None
+        self.t0 = time.perf_counter()
+        self.tokens = 0
+        if show and total:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("samples"),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[tps]} tok/s"),
+                console=Console(stderr=True),
+            )
+            self.task = self.bar.add_task(label, total=total, tps="-")
+
+    def __enter__(self) -> Callable[[int, int], None]:
+        if self.bar is None:
+            return lambda k, t: None
+        self.bar.start()
+
+        def advance(k: int, t: int) -> None:
+            self.tokens += t
+            tps = self.tokens / max(1e-9, time.perf_counter() - self.t0)
+            self.bar.update(self.task, advance=k, tps=f"{tps:,.0f}")  # type: ignore[union-attr]
+
+        return advance
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -1,0 +1,1 @@
+"""Stage 4, score: ScalingRL DES (``des``), ledger evidence (``evidence``) and the stage (``stage``)."""
