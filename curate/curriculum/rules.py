@@ -326,12 +326,17 @@ class RolloutLadder:
         return self.lr0 * self.n(group) / self.n0
 
     def on_plateau(self, group: str) -> int:
-        """Scale the group's rollouts up one rung (no-op at N_max) and restart its patience window."""
+        """Scale the group's rollouts up one rung (no-op at N_max) and start a fresh segment.
+
+        The new segment forgets the old peak as well as the patience window: keeping the peak made every later
+        observation below it a "collapse" again, so N doubled at each step until the reward recovered
+        (TRAINING.md, last section: 0.5, 0.6, 0.45, 0.46, 0.47 gave N = 8 -> 16 -> 32 -> 64).
+        """
         g = self._group(group)
         if g["n"] < self.n_max:
             g["n"] = min(self.n_max, g["n"] * self.factor)
             g["doublings"] += 1
-        g["since"] = None
+        g["peak"], g["since"] = None, None
         return g["n"]
 
     def observe(self, group: str, step: int, reward: float) -> int:

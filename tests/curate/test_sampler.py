@@ -128,12 +128,21 @@ def test_ladder_doubles_on_plateau_and_collapse():
     assert [ladder.observe("g", s, r) for s, r in enumerate([0.30, 0.35, 0.34, 0.34])] == [8, 8, 8, 8]
     assert ladder.observe("g", 4, 0.35) == 16  # no improvement for 3 steps since step 1 -> plateau
     assert ladder.lr("g") / ladder.n("g") == pytest.approx(1e-6 / 8)  # η/N constant
-    assert ladder.observe("g", 5, 0.20) == 32  # a fall of 0.15 below the peak: collapse
+    assert ladder.observe("g", 5, 0.40) == 16  # the new segment's first reward is its peak
+    assert ladder.observe("g", 6, 0.25) == 32  # a fall of 0.15 below the segment's peak: collapse
     assert ladder.on_plateau("g") == 32  # capped at N_max
     assert ladder.n("other") == 8
     clone = RolloutLadder(n0=8, factor=2, n_max=32, patience=3)
     clone.load_state_dict(json.loads(json.dumps(ladder.state_dict())))
     assert clone.n("g") == 32
+
+
+def test_ladder_doubles_once_per_collapse_not_at_every_later_step():
+    """Regression (TRAINING.md): the peak of the old segment made every later step a collapse (8->16->32->64)."""
+    ladder = RolloutLadder(n0=8, factor=2, n_max=64, patience=20, collapse_drop=0.1)
+    ns = [ladder.observe("g", step, r) for step, r in enumerate([0.5, 0.6, 0.45, 0.46, 0.47])]
+    assert ns == [8, 8, 16, 16, 16]
+    assert ladder.state_dict()["g"]["doublings"] == 1
 
 
 # --------------------------------------------------------------------------------------------------- sampler
