@@ -1,0 +1,263 @@
+r"""Held-out evaluation: pass@1 as mean@k over a pool's test problems, through curate's generation and checker.
+
+The model is sampled with curate's ``hf`` backend (``curate.rollout.backends.generate_hf``: the user turn from
+``curate.prompts.user_message`` inside the model's own chat template, seeded per batch) and every completion is
+judged by ``curate.verify.check_batch``, the same checker behind curation's pass rates and the training reward, so
+an eval score, a rollout pass rate and a reward can never disagree on what "correct" means.
+
+pass@1 is estimated as mean@k (ScaleRL: mean@16 over 1,000 held-out prompts; FastCuRL: 16 samples at temperature
+0.6): each problem's mean over its k samples, averaged over problems. Its standard error is the standard deviation
+(ddof=1) of the per-problem means over sqrt(n problems), which counts both the sampling noise and the spread of
+problem difficulty. Fewer than ``min_samples`` samples in all (n problems x k) earns a weak-evidence warning: with
+16 problems x 4 samples an SE of 0.1 is typical, too wide to tell two checkpoints apart.
+
+Problems come from the pool's problems table, ``split == "test"`` by default (``heldout_problems``), so evaluation
+never sees a training problem; a ``limit`` takes the first problems by ``problem_id`` (a hash, so a fixed
+pseudo-random subset: every checkpoint of a run is scored on the same problems).
+
+During an RL run ``append_eval`` adds one row per evaluation to ``<run_dir>/eval.parquet`` (step, compute,
+pass_at_1, stderr, n, k), the curve ``training fit`` reads.
+
+    problems = heldout_problems("workspace", "demo", limit=200)
+    result = evaluate("runs/rl/checkpoint-100", problems, EvalConfig(k=4))
+    append_eval("runs/rl", step=100, compute=3.2, result=result)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from curate import io, verify
+from curate import schema as S
+from curate.prompts import INSTRUCTION, user_message
+from curate.rollout.backends import Completion, HFOptions, Request, Sampling, generate_hf, request_seed
+
+
+EVAL_FILE = "eval.parquet"
+EVAL_SCHEMA = pl.Schema(
+    {
+        "step": pl.Int64,
+        "compute": pl.Float64,
+        "pass_at_1": pl.Float64,
+        "stderr": pl.Float64,
+        "n": pl.Int64,
+        "k": pl.Int64,
+    }
+)
+GenerateFn = Callable[[Sequence[Request], Sampling], list[Completion]]
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """How a model is evaluated.
+
+    k: samples per problem (pass@1 = mean@k). temperature / top_p: sampling (FastCuRL and ScalingRL evaluate at
+    temperature 0.6, top_p 1). max_new_tokens: generation budget; a completion cut there is ``truncated`` (wrong).
+    batch_size: sequences per ``generate`` call. seed: the run seed (per-problem seeds derive from it), so the same
+    seed and batch size give the same completions. limit: at most this many problems (the first by problem_id).
+    instruction: appended to each problem (``curate.prompts``). device / dtype / threads: the hf backend's
+    (``HFOptions``). min_samples: fewer samples than this in all gives a weak-evidence warning.
+    """
+
+    k: int = 4
+    temperature: float = 0.6
+    top_p: float = 1.0
+    max_new_tokens: int = 4096
+    batch_size: int = 32
+    seed: int = 0
+    limit: int | None = None
+    instruction: str = INSTRUCTION
+    device: str = "auto"
+    dtype: str = "auto"
+    threads: int = 0
+    min_samples: int = 200
+
+
+# --------------------------------------------------------------------------------------------------- problems
+def heldout_problems(
+    workspace: io.Workspace | str | Path | None, pool: str, split: str = "test", limit: int | None = None
+) -> pl.DataFrame:
+    """The pool's problems of one split (default ``test``, never the training problems), sorted by problem_id."""
+    ws = workspace if isinstance(workspace, io.Workspace) else io.Workspace.resolve(workspace)
+    df = io.read_parquet(ws.require_pool(pool))
+    if S.SPLIT not in df.columns:
+        raise ValueError(f"pool {pool!r}: problems table has no {S.SPLIT!r} column; cannot tell test from train")
+    have = sorted(df[S.SPLIT].drop_nulls().unique().to_list())
+    df = df.filter(pl.col(S.SPLIT) == split)
+    if df.is_empty():
+        raise ValueError(f"pool {pool!r} has no {split!r} problems (splits present: {have or 'none'})")
+    cols = [c for c in (S.PROBLEM_ID, S.PROBLEM, S.ANSWER, S.ANSWER_ALTERNATIVES) if c in df.columns]
+    df = df.select(cols).sort(S.PROBLEM_ID)
+    return df.head(limit) if limit is not None else df
+
+
+# --------------------------------------------------------------------------------------------------- evaluate
+def _golds(df: pl.DataFrame) -> list[Any]:
+    """Each problem's acceptable answers: ``answer_alternatives`` where present and non-empty, else ``answer``."""
+    answers = df[S.ANSWER].to_list()
+    if S.ANSWER_ALTERNATIVES not in df.columns:
+        return answers
+    return [alt or gold for alt, gold in zip(df[S.ANSWER_ALTERNATIVES].to_list(), answers, strict=True)]
+
+
+def summarize(per_problem: pl.DataFrame, k: int, min_samples: int = 200) -> dict[str, Any]:
+    """pass@1 (mean of per-problem means), its standard error and the weak-evidence warning, from the table
+    ``evaluate`` builds (columns ``mean`` and ``scored``; problems whose gold is unreadable are left out)."""
+    scored = per_problem.filter(pl.col("scored"))
+    means = scored["mean"].to_list()
+    n = len(means)
+    p = sum(means) / n if n else float("nan")
+    if n > 1:
+        var = sum((m - p) ** 2 for m in means) / (n - 1)
+        se = math.sqrt(var / n)
+    else:
+        se = float("nan")
+    samples = n * k
+    warning = None
+    if samples < min_samples:
+        warning = (
+            f"weak evidence: {n} problems x {k} samples = {samples} samples (< {min_samples}); pass@1 "
+            f"{p:.3f} +- {se:.3f} (SE) cannot separate checkpoints closer than ~{2 * se:.2f}. Raise --k or --limit."
+        )
+    return {"pass_at_1": p, "stderr": se, "n_problems": n, "k": k, "n_samples": samples, "warning": warning}
+
+
+def evaluate(
+    model_dir: str | Path,
+    problems: pl.DataFrame,
+    cfg: EvalConfig = EvalConfig(),
+    *,
+    generate: GenerateFn | None = None,
+    verify_cfg: verify.VerifyConfig = verify.DEFAULT,
+) -> dict[str, Any]:
+    """pass@1 (mean@k) of a model on ``problems`` (columns problem_id, problem, answer[, answer_alternatives]).
+
+    ``generate`` replaces the hf backend (another backend, or a stub in tests): it takes the requests and the
+    sampling settings and returns one ``Completion`` per (problem, sample index). Returns pass_at_1, stderr,
+    n_problems, k, n_samples, warning, verdict counts, truncation rate, mean completion tokens, runtime and
+    ``per_problem`` (a polars frame: problem_id, n_correct, mean, truncated, mean_tokens, scored).
+    """
+    if cfg.k < 1:
+        raise ValueError(f"k must be >= 1, got {cfg.k}")
+    missing = [c for c in (S.PROBLEM_ID, S.PROBLEM, S.ANSWER) if c not in problems.columns]
+    if missing:
+        raise ValueError(f"problems frame lacks column(s) {missing}; have {problems.columns}")
+    df = problems.unique(S.PROBLEM_ID, keep="first", maintain_order=True)
+    if cfg.limit is not None:
+        df = df.sort(S.PROBLEM_ID).head(cfg.limit)
+    if df.is_empty():
+        raise ValueError("no problems to evaluate")
+    t0 = time.perf_counter()
+    ids = df[S.PROBLEM_ID].to_list()
+    messages = [user_message(p, cfg.instruction) for p in df[S.PROBLEM].to_list()]
+    requests = [
+        Request(pid, msg, tuple(range(cfg.k)), request_seed(cfg.seed, pid, 0))
+        for pid, msg in zip(ids, messages, strict=True)
+    ]
+    sampling = Sampling(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_new_tokens, seed=cfg.seed)
+    if generate is None:
+        opts = HFOptions(device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size, threads=cfg.threads)
+
+        def generate(reqs: Sequence[Request], s: Sampling) -> list[Completion]:
+            return generate_hf(reqs, str(model_dir), s, opts)
+
+    completions = generate(requests, sampling)
+    by_key = {(c.problem_id, c.sample_idx): c for c in completions}
+    wanted = [(pid, i) for pid in ids for i in range(cfg.k)]
+    absent = [key for key in wanted if key not in by_key]
+    if absent:
+        raise RuntimeError(
+            f"generation returned {len(completions)} completions; {len(absent)} missing, e.g. {absent[0]}"
+        )
+    golds = _golds(df)
+    golds_of = dict(zip(ids, golds, strict=True))
+    # Which golds the checker can read, asked once per problem with a stand-in answer: a problem whose samples
+    # never reached the gold (no answer extracted) must still be told apart from one whose gold is unreadable.
+    probe = verify.check_batch(["\\boxed{0}"] * len(ids), golds, verify_cfg)
+    gold_ok = {pid: v.detail != verify.GOLD_UNPARSEABLE for pid, v in zip(ids, probe, strict=True)}
+    msg_of = dict(zip(ids, messages, strict=True))
+    rows = [by_key[key] for key in wanted]
+    verdicts = verify.check_batch(
+        [c.text for c in rows],
+        [golds_of[c.problem_id] for c in rows],
+        verify_cfg,
+        finish_reasons=[c.finish_reason for c in rows],
+        prompts=[msg_of[c.problem_id] for c in rows],
+    )
+    table = (
+        pl.DataFrame(
+            {
+                S.PROBLEM_ID: [c.problem_id for c in rows],
+                "correct": [v.correct for v in verdicts],
+                "verdict": [v.verdict for v in verdicts],
+                "gold_ok": [
+                    gold_ok[c.problem_id] and v.detail != verify.GOLD_UNPARSEABLE
+                    for c, v in zip(rows, verdicts, strict=True)
+                ],
+                "truncated": [c.finish_reason == "length" for c in rows],
+                "tokens": [c.completion_tokens for c in rows],
+            },
+            schema_overrides={"tokens": pl.Int64},
+        )
+        .group_by(S.PROBLEM_ID, maintain_order=True)
+        .agg(
+            pl.len().cast(pl.Int64).alias("n_samples"),
+            pl.col("correct").sum().cast(pl.Int64).alias("n_correct"),
+            pl.col("correct").mean().alias("mean"),
+            pl.col("truncated").sum().cast(pl.Int64).alias("truncated"),
+            pl.col("tokens").mean().alias("mean_tokens"),
+            pl.col("gold_ok").all().alias("scored"),
+        )
+    )
+    out = summarize(table, cfg.k, cfg.min_samples)
+    counts: dict[str, int] = {}
+    for v in verdicts:
+        counts[v.verdict] = counts.get(v.verdict, 0) + 1
+    tokens = [c.completion_tokens for c in rows if c.completion_tokens is not None]
+    out.update(
+        model=str(model_dir),
+        skipped_unreadable_gold=int(table.height - out["n_problems"]),
+        verdicts=counts,
+        truncation_rate=sum(c.finish_reason == "length" for c in rows) / len(rows),
+        mean_completion_tokens=sum(tokens) / len(tokens) if tokens else None,
+        runtime_s=time.perf_counter() - t0,
+        config=asdict(cfg),
+        per_problem=table,
+    )
+    return out
+
+
+# --------------------------------------------------------------------------------------------------- run log
+def append_eval(run_dir: str | Path, step: int, compute: float, result: dict[str, Any]) -> Path:
+    """Add (or replace) the row of ``step`` in ``<run_dir>/eval.parquet``; written atomically, sorted by step."""
+    path = Path(run_dir) / EVAL_FILE
+    row = pl.DataFrame(
+        [
+            {
+                "step": int(step),
+                "compute": float(compute),
+                "pass_at_1": float(result["pass_at_1"]),
+                "stderr": float(result["stderr"]),
+                "n": int(result["n_problems"]),
+                "k": int(result["k"]),
+            }
+        ],
+        schema=EVAL_SCHEMA,
+    )
+    if path.is_file():
+        old = pl.read_parquet(path).select(list(EVAL_SCHEMA)).cast(EVAL_SCHEMA)
+        row = pl.concat([old.filter(pl.col("step") != int(step)), row])
+    return io.write_parquet(row.sort("step"), path)
+
+
+def read_eval(run_dir: str | Path) -> pl.DataFrame:
+    """A run's eval curve (empty frame with the eval schema when none was written)."""
+    path = Path(run_dir) / EVAL_FILE
+    return pl.read_parquet(path) if path.is_file() else pl.DataFrame(schema=EVAL_SCHEMA)

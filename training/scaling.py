@@ -1,0 +1,438 @@
+r"""ScaleRL's sigmoid compute-performance curve (METHODS.md 4.2): fit, error band, extrapolation, advice.
+
+The curve, for a fixed model and training data (ScaleRL Eq. 1)::
+
+    R(C) = R0 + (A - R0) / (1 + (C_mid / C) ** B)
+
+A is the asymptotic pass rate, B the scaling exponent (efficiency), C_mid the compute at which half of the gain
+A - R0 is reached, R0 the initial policy's pass rate. C is whatever unit the run logs (GPU-hours, tokens, steps).
+
+The fit follows the paper (A.5): a grid over A and C_mid, the least-squares B at every grid point, and the grid point
+with the smallest sum of squared residuals wins. Points before ``skip_frac`` of the largest compute are left out
+(the paper drops the first ~1.5k of 50k GPU-hours: early reward rises almost linearly). The grid follows the data
+instead of the paper's fixed A in [0.45, 0.80] and C_mid in [100, 40000] GPU-hours, so a tiny CPU run whose pass
+rates lie in 0.05-0.3 and whose compute is in steps fits too: A runs from 0.05 below the best fitted pass rate (noise
+can put a point above the asymptote) to 1.0 in steps of 0.005, C_mid over 200 log-spaced values from a quarter of the
+smallest compute to 10x the largest.
+
+B at each grid point is found for the whole grid at once (a vectorized Levenberg-Marquardt on log B, started from the
+best of a coarse B grid) instead of one ``scipy.optimize.curve_fit`` call per point: same least-squares B
+(tests/training/test_scaling.py compares it with curve_fit cell by cell) and the same winner, ~30x faster (a tiny
+run's 157 x 200 grid: 0.5 s of CPU against 15.2 s for a curve_fit call per cell). ``curve_fit`` then polishes B
+at the winning grid point and gives its standard error.
+
+Error band: the grid points whose SSE is within the profile-likelihood threshold of the best,
+``SSE <= SSE_min * (1 + F(level; 1, n - 3) / (n - 3))``, the usual confidence interval for one parameter of a
+nonlinear least-squares fit; each parameter's band is its range over those points. A band that reaches the grid edge
+(A = 1.0, or C_mid beyond the grid) means the curve has not bent yet and A is not pinned down. With noiseless data the
+band shrinks to the grid resolution, reported beside it. ScaleRL treats differences in A below 0.02 as noise (three
+repeated runs varied by +-0.015), which is the default margin of the advice.
+
+Worked example (METHODS.md 4.5, ScaleRL 8B): A=0.610, B=1.92, C_mid=2542 GPU-h with R0=0.3 gives 0.579 at 8k and
+0.601 at 16k GPU-h. Fitted (skip_frac 0.1) on that curve sampled every 400 GPU-h up to 8k, the grid gives A=0.615,
+B=1.87, C_mid=2601 and predicts 0.605 at 16k.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+COMPUTE = "compute"
+PASS_AT_1 = "pass_at_1"
+NEAR = "asymptote near"
+KEEP_GOING = "keep going"
+
+
+# --------------------------------------------------------------------------------------------------- config
+@dataclass(frozen=True)
+class FitConfig:
+    """How the sigmoid is fitted.
+
+    skip_frac: leave out points with compute below this fraction of the largest compute (ScaleRL: ~0.03 of 50k
+    GPU-h; for short runs 0.25 keeps the early, almost linear rise out). ``min_compute``, when set, replaces it.
+    r0: the initial pass rate; default the pass rate measured at the smallest compute (the initial policy).
+    a_min / a_max / a_step: the A grid; ``a_min`` defaults to ``max(R0, best fitted pass rate - a_slack) + a_step``
+    (noise can put a measured point above the true asymptote, hence the slack).
+    c_mid_points / c_mid_below / c_mid_above: the C_mid grid, log-spaced from ``smallest positive compute /
+    c_mid_below`` to ``largest compute * c_mid_above``.
+    b_min / b_max: the range B may take.
+    band_level: confidence level of the error band.
+    near_margin: the advice says "asymptote near" when A minus the current (fitted) pass rate is below this.
+    min_points: fewest points left after skipping; if skipping leaves fewer, the last ``min_points`` are used and a
+    warning says so.
+    compute_unit: label of the compute axis (GPU-hours, tokens, steps) for reports and plots.
+    """
+
+    skip_frac: float = 0.25
+    min_compute: float | None = None
+    r0: float | None = None
+    a_min: float | None = None
+    a_max: float = 1.0
+    a_step: float = 0.005
+    a_slack: float = 0.05
+    c_mid_points: int = 200
+    c_mid_below: float = 4.0
+    c_mid_above: float = 10.0
+    b_min: float = 0.05
+    b_max: float = 20.0
+    band_level: float = 0.95
+    near_margin: float = 0.02
+    min_points: int = 4
+    compute_unit: str = "compute"
+
+
+@dataclass
+class Fit:
+    """A fitted curve: the parameters, their band, the data it came from and how it went."""
+
+    A: float
+    B: float
+    C_mid: float
+    R0: float
+    sse: float
+    B_stderr: float | None
+    band: dict[str, list[float]] | None  # {"A": [lo, hi], "B": [lo, hi], "C_mid": [lo, hi]} at ``band_level``
+    band_level: float
+    band_at_edge: list[str]
+    resolution: dict[str, float]
+    n_points: int
+    n_fit: int
+    skip_below: float
+    grid: dict[str, Any]
+    runtime_s: float
+    compute_unit: str
+    warnings: list[str] = field(default_factory=list)
+    compute: list[float] = field(default_factory=list, repr=False)
+    pass_at_1: list[float] = field(default_factory=list, repr=False)
+    band_params: np.ndarray | None = field(default=None, repr=False)  # (m, 3) rows of (A, B, C_mid) in the band
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (the band's grid points are summarised, not listed)."""
+        out = {k: v for k, v in asdict(self).items() if k != "band_params"}
+        out["n_band_points"] = 0 if self.band_params is None else len(self.band_params)
+        return out
+
+
+# --------------------------------------------------------------------------------------------------- curve
+def sigmoid(c: Any, A: float, B: float, C_mid: float, R0: float) -> np.ndarray:
+    """R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), vectorized; R(0) = R0."""
+    from scipy.special import expit
+
+    c = np.asarray(c, dtype=float)
+    with np.errstate(divide="ignore"):
+        x = B * (math.log(C_mid) - np.log(np.where(c > 0, c, np.nan)))
+    return np.where(c > 0, R0 + (A - R0) * expit(-np.nan_to_num(x, nan=0.0)), R0)
+
+
+def extrapolate(fit: Fit, c: Any) -> np.ndarray | float:
+    """The fitted pass rate at compute ``c`` (a number or an array)."""
+    out = sigmoid(c, fit.A, fit.B, fit.C_mid, fit.R0)
+    return float(out) if np.ndim(c) == 0 else out
+
+
+def extrapolate_band(fit: Fit, c: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Lowest and highest prediction at ``c`` over the grid points in the error band (the fit itself without one)."""
+    c = np.atleast_1d(np.asarray(c, dtype=float))
+    if fit.band_params is None or not len(fit.band_params):
+        mid = sigmoid(c, fit.A, fit.B, fit.C_mid, fit.R0)
+        return mid, mid
+    p = fit.band_params
+    preds = np.stack([sigmoid(c, a, b, m, fit.R0) for a, b, m in p]) if len(p) <= 64 else _band_preds(fit, c)
+    return preds.min(axis=0), preds.max(axis=0)
+
+
+def _band_preds(fit: Fit, c: np.ndarray) -> np.ndarray:
+    from scipy.special import expit
+
+    p = fit.band_params
+    logc = np.log(np.where(c > 0, c, 1.0))[None, :]
+    x = p[:, 1:2] * (np.log(p[:, 2:3]) - logc)
+    pred = fit.R0 + (p[:, 0:1] - fit.R0) * expit(-x)
+    return np.where(c[None, :] > 0, pred, fit.R0)
+
+
+# --------------------------------------------------------------------------------------------------- fit
+def _solve_b(
+    A: np.ndarray, dlog: np.ndarray, y: np.ndarray, r0: float, b_min: float, b_max: float, iters: int = 100
+) -> tuple[np.ndarray, np.ndarray]:
+    """Least-squares B for every (A, C_mid) cell at once; returns (B, SSE) of shape (nA, nC).
+
+    A: (nA, 1, 1); dlog = log C_mid - log C: (1, nC, n); y: (1, 1, n). Works on u = log B (keeps B positive): a coarse
+    grid of B picks each cell's start, then Levenberg-Marquardt steps, accepted only where they lower the SSE, on the
+    cells not yet converged (step below 1e-9 in log B, or a damping so large that no step helps).
+    """
+    from scipy.special import expit
+
+    n_a, n_c, n = A.shape[0], dlog.shape[1], dlog.shape[2]
+    amp = np.broadcast_to(A[:, :, 0] - r0, (n_a, n_c)).reshape(-1, 1)
+    ll = np.broadcast_to(dlog, (n_a, n_c, n)).reshape(-1, n)
+    yy = y.reshape(1, n)
+
+    def curve(u: np.ndarray, idx: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
+        """(1 / (1 + (C_mid / C)^B), SSE) of the cells ``idx`` at B = exp(u)."""
+        s = expit(-np.exp(u)[:, None] * ll[idx])
+        r = r0 + amp[idx] * s - yy
+        return s, np.einsum("cn,cn->c", r, r)
+
+    lo, hi = math.log(b_min), math.log(b_max)
+    cells = n_a * n_c
+    u = np.zeros(cells)
+    sse = np.full(cells, np.inf)
+    s_cur = np.zeros((cells, n))
+    for u0 in np.linspace(lo, hi, 16):
+        s0, sse0 = curve(np.full(cells, u0), slice(None))
+        better = sse0 < sse
+        u[better], sse[better], s_cur[better] = u0, sse0[better], s0[better]
+    lam = np.full(cells, 1e-3)
+    active = np.arange(cells)
+    for _ in range(iters):
+        if not len(active):
+            break
+        ua, la, ama, s = u[active], ll[active], amp[active], s_cur[active]
+        r = r0 + ama * s - yy
+        jac = -ama * s * (1.0 - s) * la * np.exp(ua)[:, None]  # d model / d u
+        g = np.einsum("cn,cn->c", jac, r)
+        h = np.einsum("cn,cn->c", jac, jac)
+        step = -g / (h * (1.0 + lam[active]) + 1e-300)
+        pinned = ((ua <= lo) & (step <= 0)) | ((ua >= hi) & (step >= 0))  # the optimum lies past a bound of B
+        u_new = np.clip(ua + step, lo, hi)
+        sse_old = sse[active]
+        s_new, sse_new = curve(u_new, active)
+        ok = sse_new < sse_old
+        small = (np.abs(u_new - ua) < 1e-8) | (sse_old - sse_new <= 1e-13 * sse_old)
+        done = pinned | np.where(ok, small, lam[active] > 1e6)
+        u[active] = np.where(ok, u_new, ua)
+        sse[active] = np.where(ok, sse_new, sse_old)
+        s_cur[active[ok]] = s_new[ok]
+        lam[active] = np.where(ok, lam[active] / 3.0, lam[active] * 10.0)
+        active = active[~done]
+    return np.exp(u).reshape(n_a, n_c), sse.reshape(n_a, n_c)
+
+
+def fit_sigmoid(compute: Any, pass_at_1: Any, cfg: FitConfig = FitConfig()) -> Fit:
+    """Fit R(C) to measured (compute, pass rate) points as ScaleRL does (grid over A and C_mid, least-squares B)."""
+    from scipy import stats
+    from scipy.optimize import curve_fit
+
+    t0 = time.perf_counter()
+    c = np.asarray(compute, dtype=float)
+    y = np.asarray(pass_at_1, dtype=float)
+    ok = np.isfinite(c) & np.isfinite(y) & (c >= 0)
+    c, y = c[ok], y[ok]
+    order = np.argsort(c, kind="stable")
+    c, y = c[order], y[order]
+    notes: list[str] = []
+    if len(c) < 2:
+        raise ValueError(f"need at least 2 (compute, pass rate) points to fit a curve, got {len(c)}")
+    r0 = float(cfg.r0) if cfg.r0 is not None else float(y[0])
+    cmax = float(c.max())
+    threshold = cfg.min_compute if cfg.min_compute is not None else cfg.skip_frac * cmax
+    keep = (c >= threshold) & (c > 0)
+    if keep.sum() < cfg.min_points:
+        positive = np.flatnonzero(c > 0)
+        keep = np.zeros_like(keep)
+        keep[positive[-cfg.min_points :]] = True
+        threshold = float(c[keep].min()) if keep.any() else threshold
+        notes.append(
+            f"skipping points below {cfg.skip_frac:g} of the largest compute left fewer than {cfg.min_points}; "
+            f"fitted the last {int(keep.sum())} points with compute > 0 instead"
+        )
+    cf, yf = c[keep], y[keep]
+    if len(cf) < 3:
+        raise ValueError(f"need at least 3 points with compute > 0 to fit A, B and C_mid, got {len(cf)}")
+    if len(cf) <= 3:
+        notes.append(f"only {len(cf)} points fitted for 3 parameters: the curve goes through them, no error band")
+    if yf.max() <= r0:
+        notes.append(f"no fitted point is above R0={r0:.4f}: the run has not improved, the fit is meaningless")
+
+    if cfg.a_min is not None:
+        a_lo = cfg.a_min
+    else:  # the first multiple of a_step above max(R0, best point - slack), as the paper's 0.450, 0.455, ...
+        a_lo = (math.floor(max(r0, float(yf.max()) - cfg.a_slack) / cfg.a_step + 1e-9) + 1) * cfg.a_step
+    n_a = math.floor((cfg.a_max - a_lo) / cfg.a_step + 1e-9) + 1
+    a_grid = np.round(a_lo + cfg.a_step * np.arange(max(n_a, 0)), 10)
+    a_grid = a_grid[a_grid > r0]
+    if not len(a_grid):
+        raise ValueError(f"empty A grid: R0={r0} is not below a_max={cfg.a_max}")
+    c_pos = float(c[c > 0].min())
+    m_grid = np.geomspace(c_pos / cfg.c_mid_below, cmax * cfg.c_mid_above, cfg.c_mid_points)
+
+    logc = np.log(cf)
+    dlog = (np.log(m_grid)[:, None] - logc[None, :])[None, :, :]
+    b_grid, sse = _solve_b(a_grid[:, None, None], dlog, yf[None, None, :], r0, cfg.b_min, cfg.b_max)
+    ia, im = np.unravel_index(int(np.argmin(sse)), sse.shape)
+    A, C_mid, B, best = float(a_grid[ia]), float(m_grid[im]), float(b_grid[ia, im]), float(sse[ia, im])
+
+    # curve_fit polishes B at the winning grid point (and gives its standard error), as the paper fits B there.
+    b_se = None
+    lm = math.log(C_mid) - logc
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            popt, pcov = curve_fit(
+                lambda _c, b: r0 + (A - r0) / (1.0 + np.exp(np.clip(b * lm, -700, 700))), cf, yf, p0=[B]
+            )
+            b_cf = float(popt[0])
+            sse_cf = float(np.sum((sigmoid(cf, A, b_cf, C_mid, r0) - yf) ** 2))
+            if cfg.b_min <= b_cf <= cfg.b_max and sse_cf <= best:
+                B, best = b_cf, sse_cf
+            if np.isfinite(pcov[0, 0]) and len(cf) > 3:
+                b_se = float(math.sqrt(pcov[0, 0]))
+        except (RuntimeError, ValueError):
+            pass
+
+    band, at_edge, band_params = None, [], None
+    dof = len(cf) - 3
+    if dof > 0:
+        ins = sse <= float(sse[ia, im]) * (1.0 + stats.f.ppf(cfg.band_level, 1, dof) / dof)
+        ai, mi = np.nonzero(ins)
+        band_params = np.column_stack([a_grid[ai], b_grid[ai, mi], m_grid[mi]])
+        band = {
+            "A": [float(a_grid[ai].min()), float(a_grid[ai].max())],
+            "B": [float(b_grid[ins].min()), float(b_grid[ins].max())],
+            "C_mid": [float(m_grid[mi].min()), float(m_grid[mi].max())],
+        }
+        if ai.max() == len(a_grid) - 1:
+            at_edge.append("A")
+        if mi.max() == len(m_grid) - 1 or mi.min() == 0:
+            at_edge.append("C_mid")
+        if np.any(b_grid[ins] >= cfg.b_max * 0.999) or np.any(b_grid[ins] <= cfg.b_min * 1.001):
+            at_edge.append("B")
+        if "A" in at_edge:
+            notes.append(
+                f"the band of A reaches the grid edge ({cfg.a_max:g}): the curve has not bent yet, the asymptote is "
+                "not pinned down; train further before trusting A"
+            )
+    if ia == len(a_grid) - 1 and "A" not in at_edge:
+        at_edge.append("A")
+    return Fit(
+        A=A,
+        B=B,
+        C_mid=C_mid,
+        R0=r0,
+        sse=best,
+        B_stderr=b_se,
+        band=band,
+        band_level=cfg.band_level,
+        band_at_edge=at_edge,
+        resolution={"A": cfg.a_step, "C_mid_ratio": float(m_grid[1] / m_grid[0])},
+        n_points=len(c),
+        n_fit=len(cf),
+        skip_below=float(threshold),
+        grid={
+            "A": [float(a_grid[0]), float(a_grid[-1]), len(a_grid)],
+            "C_mid": [float(m_grid[0]), float(m_grid[-1]), len(m_grid)],
+        },
+        runtime_s=time.perf_counter() - t0,
+        compute_unit=cfg.compute_unit,
+        warnings=notes,
+        compute=c.tolist(),
+        pass_at_1=y.tolist(),
+        band_params=band_params,
+    )
+
+
+# --------------------------------------------------------------------------------------------------- advice
+def advise(fit: Fit, margin: float | None = None, cfg: FitConfig = FitConfig()) -> dict[str, Any]:
+    """Whether more compute is worth it: "asymptote near" when the fitted pass rate at the last measured compute is
+    within ``margin`` of A, else "keep going" with the predicted pass rate and gain at 2x and 4x the compute so far.
+    """
+    margin = cfg.near_margin if margin is None else margin
+    c_now = max(fit.compute) if fit.compute else fit.C_mid
+    now = float(extrapolate(fit, c_now))
+    at2, at4 = float(extrapolate(fit, 2 * c_now)), float(extrapolate(fit, 4 * c_now))
+    gap = fit.A - now
+    unit = fit.compute_unit
+    if gap < margin and "A" not in fit.band_at_edge:
+        verdict = NEAR
+        message = (
+            f"asymptote near: fitted pass rate {now:.3f} at {c_now:g} {unit} is within {margin:g} of A={fit.A:.3f}; "
+            f"4x the compute buys {at4 - now:+.3f}. Change what moves A (loss, batch size, generation length, data) "
+            "rather than adding compute."
+        )
+    else:
+        verdict = KEEP_GOING
+        message = (
+            f"keep going: fitted pass rate {now:.3f} at {c_now:g} {unit}, A={fit.A:.3f}; predicted {at2:.3f} at 2x "
+            f"({at2 - now:+.3f}) and {at4:.3f} at 4x ({at4 - now:+.3f})."
+        )
+        if "A" in fit.band_at_edge:
+            message += " The asymptote is not pinned down yet (its band reaches the grid edge)."
+    return {
+        "verdict": verdict,
+        "message": message,
+        "compute_now": c_now,
+        "fitted_now": now,
+        "gap_to_A": gap,
+        "margin": margin,
+        "at_2x": at2,
+        "at_4x": at4,
+        "gain_2x": at2 - now,
+        "gain_4x": at4 - now,
+    }
+
+
+# --------------------------------------------------------------------------------------------------- I/O
+def read_curve(path: str | Path) -> tuple[np.ndarray, np.ndarray, Path]:
+    """(compute, pass_at_1, folder) from a run folder (its ``eval.parquet``) or a CSV / Parquet file."""
+    import polars as pl
+
+    path = Path(path)
+    file = path / "eval.parquet" if path.is_dir() else path
+    if not file.is_file():
+        raise FileNotFoundError(f"{file} not found (give a run folder with eval.parquet, or a CSV/Parquet file)")
+    df = pl.read_csv(file) if file.suffix.lower() in (".csv", ".tsv", ".txt") else pl.read_parquet(file)
+    missing = [col for col in (COMPUTE, PASS_AT_1) if col not in df.columns]
+    if missing:
+        raise ValueError(f"{file}: column(s) {missing} missing; have {df.columns}")
+    return df[COMPUTE].cast(pl.Float64).to_numpy(), df[PASS_AT_1].cast(pl.Float64).to_numpy(), file.parent
+
+
+def fit_run(
+    path: str | Path,
+    cfg: FitConfig = FitConfig(),
+    *,
+    extrapolate_to: list[float] | None = None,
+    out_dir: str | Path | None = None,
+    plot: bool = True,
+) -> dict[str, Any]:
+    """Fit a run's eval curve and write ``fit.json`` (and ``fit.png``) to the run folder (or ``out_dir``).
+
+    ``path`` is a run folder with ``eval.parquet`` or a CSV/Parquet file with columns ``compute`` and
+    ``pass_at_1``; the outputs go beside the file. Returns what ``fit.json`` holds: the fit, the advice, the
+    predictions (with band) at 2x, 4x and every ``extrapolate_to`` compute.
+    """
+    from curate import io
+
+    compute, rates, folder = read_curve(path)
+    fit = fit_sigmoid(compute, rates, cfg)
+    out = Path(out_dir) if out_dir is not None else folder
+    c_now = max(fit.compute)
+    targets = sorted({2 * c_now, 4 * c_now, *(float(x) for x in extrapolate_to or [])})
+    lo, hi = extrapolate_band(fit, targets)
+    result = {
+        "source": str(path),
+        "fit": fit.to_dict(),
+        "advice": advise(fit, cfg=cfg),
+        "predictions": [
+            {"compute": t, "pass_at_1": float(extrapolate(fit, t)), "band": [float(a), float(b)]}
+            for t, a, b in zip(targets, lo, hi, strict=True)
+        ],
+        "config": asdict(cfg),
+    }
+    io.write_text(out / "fit.json", json.dumps(result, indent=2, default=float) + "\n")
+    if plot:
+        from training.plots import plot_fit
+
+        plot_fit(fit, out / "fit.png", extrapolate_to=max(targets))
+        result["plot"] = str(out / "fit.png")
+    return result
