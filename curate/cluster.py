@@ -40,8 +40,12 @@ def one_blas_thread():
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def embed_pool(ws: io.Workspace, problems: pl.DataFrame, embed: dict[str, Any], progress: bool) -> np.ndarray:
-    """Embeddings aligned with ``problems`` rows through the shared, cached encoder (``curate.embed``)."""
+def embed_pool(ws: io.Workspace, problems: pl.DataFrame, embed: Any, progress: bool) -> np.ndarray:
+    """Embeddings aligned with ``problems`` rows through the shared, cached encoder (``curate.embed``).
+
+    ``embed`` is an ``EmbedConfig`` (the typed ``score.embed`` / ``select.embed`` sections) or a mapping of its
+    settings."""
     from curate.embed import EmbedConfig, embed_problems
 
-    return embed_problems(ws, problems, from_mapping(EmbedConfig, embed, "embed"), progress)
+    cfg = embed if isinstance(embed, EmbedConfig) else from_mapping(EmbedConfig, embed, "embed")
+    return embed_problems(ws, problems, cfg, progress)

@@ -2,8 +2,14 @@
 
 A recipe (``datasets/<name>/recipe.yaml``) is the unit of experiment: which pool, which stages, and each
 stage's settings. Precedence is fixed: dataclass defaults < recipe YAML < overrides (CLI flags or Prefect
-parameters, as dotted keys like ``select.size=1500``). Unknown keys are an error that names the key, so a typo
-never silently falls back to a default.
+parameters, as dotted keys like ``select.size=1500``). Unknown keys are an error at every level (top level, a
+stage's section, nested sections such as ``score.embed``) that names the key and suggests the closest allowed one,
+so a typo never silently falls back to a default.
+
+The recipe has one section per stage plus ``verify`` (``SECTIONS``); each section is typed by its stage's config
+dataclass (``ingest`` here, the others beside their stage, ``<stage>.load_config``), and ``curate.pipeline``
+builds every section present when the recipe loads, before any work starts. One ``seed`` reaches every stage that
+draws random numbers (rollout sampling, score, select, the curriculum's sampler) unless a section sets its own.
 
 Relative paths inside a recipe's ``ingest.sources`` resolve against the recipe file's folder.
 """
@@ -11,6 +17,7 @@ Relative paths inside a recipe's ``ingest.sources`` resolve against the recipe f
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from collections.abc import Mapping
@@ -24,6 +31,20 @@ from curate.errors import ConfigError
 
 
 __all__ = ["ConfigError"]  # re-exported: stages import it from here
+
+# The recipe's sections: one per stage of ``curate.pipeline.STAGES`` plus ``verify`` (the answer checker's
+# settings, shared by rollout and the training reward). A test checks that this matches the pipeline.
+SECTIONS = ("ingest", "decontaminate", "rollout", "score", "select", "curriculum", "solutions", "verify")
+
+
+def unknown_key_error(unknown: list[str], allowed: list[str] | set[str], where: str) -> ConfigError:
+    """``unknown key 'selct' in recipe (did you mean 'select'?); allowed: [...]``: the error of every strict level."""
+    allowed = sorted(allowed)
+    parts = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return ConfigError(f"unknown key {', '.join(parts)} in {where}; allowed: {allowed}")
 
 
 # --------------------------------------------------------------------------------------------------- ingest
@@ -61,7 +82,13 @@ class IngestConfig:
 # --------------------------------------------------------------------------------------------------- recipe
 @dataclass(frozen=True)
 class Recipe:
-    """A whole curation run. ``stages`` lists what ``curate run`` executes, in order."""
+    """A whole curation run. ``stages`` lists what ``curate run`` executes, in order.
+
+    home: the workspace root when neither ``--home`` nor ``$CURATE_HOME`` is set (``Workspace.resolve``).
+    seed: the one seed of every stage that draws random numbers, unless its section sets ``seed``.
+    stage_configs: the sections of the other stages and ``verify`` as mappings (keys checked against ``SECTIONS``
+    here); each stage's ``load_config`` turns its section into the stage's frozen dataclass with ``from_mapping``.
+    """
 
     name: str
     pool: str
@@ -69,12 +96,17 @@ class Recipe:
     home: str | None = None
     seed: int = 0
     ingest: IngestConfig = field(default_factory=IngestConfig)
-    # Later stages keep their settings as plain mappings until their config classes exist; each stage module
-    # turns its mapping into its own frozen dataclass with ``from_mapping``.
     stage_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def stage_config(self, name: str) -> dict[str, Any]:
+        """Section ``name`` as a (copied) mapping; empty when the recipe does not have it."""
         return dict(self.stage_configs.get(name, {}))
+
+    def seeded_config(self, name: str, key: str = "seed") -> dict[str, Any]:
+        """Section ``name`` with ``key`` set to the recipe's ``seed`` unless the section sets it."""
+        data = self.stage_config(name)
+        data.setdefault(key, self.seed)
+        return data
 
 
 # --------------------------------------------------------------------------------------------------- loader
@@ -89,7 +121,7 @@ def from_mapping(cls: type, data: Mapping[str, Any] | None, where: str = "") -> 
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
-        raise ConfigError(f"unknown key(s) {unknown} in {where or cls.__name__}; allowed: {sorted(names)}")
+        raise unknown_key_error(unknown, names, where or cls.__name__)
     kwargs = {}
     for key, value in data.items():
         kwargs[key] = _coerce(hints[key], value, f"{where}.{key}" if where else key)
@@ -175,17 +207,25 @@ _TOP = {f.name for f in dataclasses.fields(Recipe)} - {"stage_configs"}
 
 
 def recipe_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None) -> Recipe:
-    """Build a ``Recipe``: known top-level keys into fields, any other top-level mapping into ``stage_configs``.
+    """Build a ``Recipe``: known top-level keys into fields, the other sections (``SECTIONS``) into
+    ``stage_configs``; any other top-level key is an error with a "did you mean" suggestion.
 
-    Stage mappings are validated by their stage (its config class) when the stage runs, so a typo there still
-    fails loudly, and it fails before any work is done because ``curate run`` validates every listed stage first.
+    Each section is typed by its stage's config class; ``curate.pipeline.load_recipe`` / ``validate`` build every
+    section present, so a typo at any depth fails when the recipe loads, before any work is done.
     """
     data = dict(data)
-    stage_configs = {k: dict(v or {}) for k, v in data.items() if k not in _TOP}
-    for key, value in stage_configs.items():
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"recipe key {key!r} must be a mapping of stage settings")
-    top = {k: v for k, v in data.items() if k in _TOP}
+    unknown = sorted(k for k in data if k not in _TOP and k not in SECTIONS)
+    if unknown:
+        raise unknown_key_error(unknown, _TOP | set(SECTIONS), "recipe")
+    stage_configs = {}
+    for key in SECTIONS:
+        if key == "ingest" or key not in data:
+            continue
+        value = data[key]
+        if value is not None and not isinstance(value, Mapping):
+            raise ConfigError(f"recipe key {key!r} must be a mapping of stage settings, got {value!r}")
+        stage_configs[key] = dict(value or {})
+    top = {k: v for k, v in data.items() if k in _TOP and not (k == "ingest" and v is None)}
     for required in ("name", "pool"):
         if required not in top:
             raise ConfigError(f"recipe needs a {required!r}")

@@ -135,33 +135,37 @@ def encode_texts(model, texts: Sequence[str], cfg: EmbedConfig, progress: bool =
 
     Texts are sorted once by length (longest first) and encoded in chunks of ``cfg.chunk_size``, so every batch
     holds texts of similar length. ``on_chunk(positions, vectors)`` is called after each chunk (the cache
-    writes there).
+    writes there). A chunk is handed to the model in blocks of a few batches, so progress (a bar, or a line every
+    30 s in logs) moves during a chunk too; the texts are already length-sorted, so the batches are the same.
     """
-    from rich.progress import Progress
+    from curate.progress import bar
 
     n = len(texts)
     dim = model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension") else None
     out = np.zeros((n, dim or 0), dtype=np.float32)
     order = np.argsort([-len(t) for t in texts], kind="stable")
-    with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task(f"embedding {n} problems", total=n)
+    block = max(cfg.batch_size * 4, 1)
+    with bar(n, "embedding", enabled=progress, unit="problems") as advance:
         for lo in range(0, n, cfg.chunk_size):
             pos = order[lo : lo + cfg.chunk_size]
-            vecs = model.encode(
-                [texts[i] for i in pos],
-                batch_size=cfg.batch_size,
-                convert_to_numpy=False,
-                convert_to_tensor=True,
-                show_progress_bar=False,
-            )
-            vecs = vecs.float().cpu().numpy()
+            parts = []
+            for b in range(0, len(pos), block):
+                part = model.encode(
+                    [texts[i] for i in pos[b : b + block]],
+                    batch_size=cfg.batch_size,
+                    convert_to_numpy=False,
+                    convert_to_tensor=True,
+                    show_progress_bar=False,
+                )
+                parts.append(part.float().cpu().numpy())
+                advance(len(pos[b : b + block]))
+            vecs = np.concatenate(parts)
             vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
             if out.shape[1] != vecs.shape[1]:
                 out = np.zeros((n, vecs.shape[1]), dtype=np.float32)
             out[pos] = vecs
             if on_chunk is not None:
                 on_chunk(pos, vecs)
-            bar.advance(task, len(pos))
     return out
 
 

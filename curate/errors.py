@@ -2,7 +2,9 @@
 its traceback (issue 10: a blanket ``except ValueError`` hid real bugs).
 
 - ``ConfigError``: a recipe or option is wrong (unknown key, bad value); raised before any work starts.
-- ``InputError``: an input file or source cannot be read as asked (missing column, unknown format, no such pool).
+- ``InputError``: an input file or source cannot be read as asked (missing column, unknown format, bad rows).
+- ``MissingInput``: a file, pool, selection or table the command needs does not exist (also a
+  ``FileNotFoundError``, so callers that catch that keep working).
 - ``LockTimeout``: another writer holds the pool, selection or curriculum lock longer than ``--lock-timeout``.
 """
 
@@ -19,6 +21,10 @@ class ConfigError(CurateError, ValueError):
 
 class InputError(CurateError, ValueError):
     """An input cannot be read as asked."""
+
+
+class MissingInput(InputError, FileNotFoundError):
+    """A file, pool, selection or table the command needs does not exist."""
 
 
 class LockTimeout(CurateError, TimeoutError):

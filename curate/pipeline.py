@@ -2,10 +2,12 @@
 
 Each stage lives in its own module and exposes the same two functions:
 
-- ``load_config(recipe) -> <Stage>Config``: validate the recipe's settings for the stage (raises ``ConfigError``);
-- ``run_stage(ws, recipe, force=False) -> StageResult``: the I/O wrapper. It reads the stage's inputs from the
-  workspace, calls the stage's pure functions, writes outputs atomically with a manifest, and returns a summary.
-  It skips the work when the manifest shows the same inputs and config (``force`` re-runs).
+- ``load_config(recipe) -> <Stage>Config``: the recipe's section for the stage as its typed config (raises
+  ``ConfigError`` on an unknown key, with a suggestion);
+- ``run_stage(ws, recipe, force=False, progress=False) -> StageResult``: the stage's I/O entry point, through the
+  one stage wrapper ``curate.io.run_wrapped``: it fingerprints the inputs (content hashes), config and code
+  version, skips the work when the manifest matches (``force`` re-runs), runs the stage's pure functions, writes
+  outputs atomically and one manifest layout, and returns a summary.
 
 The CLI verb, ``curate run`` and the Prefect task all call ``run_stage``, so they cannot drift apart.
 """
@@ -17,7 +19,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from curate.config import ConfigError, Recipe
+from curate import verify
+from curate.config import SECTIONS, ConfigError, Recipe, unknown_key_error
+from curate.config import load_recipe as _read_recipe
 from curate.curriculum import stage as curriculum
 from curate.decontaminate import stage as decontaminate
 from curate.ingest import stage as ingest
@@ -25,6 +29,7 @@ from curate.io import StageResult, Workspace
 from curate.rollout import stage as rollout
 from curate.score import stage as score
 from curate.select import stage as select
+from curate.solutions import stage as solutions
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("score", score.load_config, score.run_stage),
     Stage("select", select.load_config, select.run_stage),
     Stage("curriculum", curriculum.load_config, curriculum.run_stage),
+    Stage("solutions", solutions.load_config, solutions.run_stage),
 )
 
 
@@ -55,20 +61,41 @@ def _module(name: str) -> Stage:
     for stage in STAGES:
         if stage.name == name:
             return stage
-    raise ConfigError(f"unknown stage {name!r}; stages: {stage_names()}")
+    raise unknown_key_error([name], stage_names(), "the recipe's stages")
+
+
+def sections(recipe: Recipe) -> dict[str, Any]:
+    """The recipe's typed sections: ``{name: <Stage>Config}`` for every listed stage and every section present
+    (``verify`` included). Raises ``ConfigError`` on the first unknown key or bad value, at any depth."""
+    out: dict[str, Any] = {}
+    for name in recipe.stages:
+        out[name] = _module(name).load_config(recipe)
+    for name in SECTIONS:
+        if name in out or (name != "verify" and name not in recipe.stage_configs):
+            continue
+        out[name] = verify.load_config(recipe) if name == "verify" else _module(name).load_config(recipe)
+    return out
 
 
 def validate(recipe: Recipe) -> None:
-    """Check every listed stage's config before any work starts, so a typo fails in seconds, not after hours."""
-    for name in recipe.stages:
-        _module(name).load_config(recipe)
+    """Build every section of the recipe (listed stages, other sections present, ``verify``) before any work
+    starts, so a typo anywhere fails in seconds, not after hours."""
+    sections(recipe)
 
 
-def run_stage(name: str, ws: Workspace, recipe: Recipe, *, force: bool = False) -> StageResult:
-    """Run one stage through its wrapper and time it."""
+def load_recipe(path: str, overrides: dict[str, Any] | None = None) -> Recipe:
+    """Read a recipe (``curate.config.load_recipe``) and validate every section (what ``curate run`` calls; the
+    Prefect flow validates the same way through ``planned_stages``), so a recipe that loads has no unknown key."""
+    recipe = _read_recipe(path, overrides)
+    validate(recipe)
+    return recipe
+
+
+def run_stage(name: str, ws: Workspace, recipe: Recipe, *, force: bool = False, progress: bool = False) -> StageResult:
+    """Run one stage through its wrapper and time it. ``progress``: bars on a terminal, periodic lines in logs."""
     module = _module(name)
     t0 = time.perf_counter()
-    result = module.run_stage(ws, recipe, force=force)
+    result = module.run_stage(ws, recipe, force=force, progress=progress)
     result.wall_s = time.perf_counter() - t0
     return result
 
@@ -80,6 +107,7 @@ def run_recipe(
     only: Iterable[str] | None = None,
     force: bool = False,
     on_result: Callable[[StageResult], None] | None = None,
+    progress: bool = False,
 ) -> list[StageResult]:
     """Run the recipe's stages in order (or the subset ``only``), returning each stage's result."""
     validate(recipe)
@@ -91,7 +119,7 @@ def run_recipe(
     for name in recipe.stages:
         if name not in wanted:
             continue
-        result = run_stage(name, ws, recipe, force=force)
+        result = run_stage(name, ws, recipe, force=force, progress=progress)
         results.append(result)
         if on_result is not None:
             on_result(result)

@@ -1,8 +1,12 @@
 """Progress and status output shared by every stage: one stderr console, one bar helper.
 
-Bars show done/total, rate and time left on a terminal; when stderr is not a terminal (Prefect logs, CI, ``nohup``)
-the same helper prints a plain line every ``log_every_s`` seconds instead, so long work is visible in logs too.
+A bar shows done/total, the rate and the time left on a terminal. When stderr is not a terminal (Prefect logs,
+CI, ``nohup``, a redirected file) the same helper prints a plain line every ``log_every_s`` seconds instead (done,
+total, rate, time left), and one at the end, so long work such as embedding a large pool is visible in logs too.
 Library code calls these; only the CLI decides whether ``progress`` is on.
+
+``advance(n, description=None, **counters)``: ``n`` more units done; ``description`` replaces the label (a step
+name); each extra counter (e.g. ``tokens=412``) is summed and shown as a rate (``tokens/s``).
 """
 
 from __future__ import annotations
@@ -10,9 +14,11 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from typing import Protocol
 
 from rich.console import Console
+from rich.markup import escape
 
 
 console = Console(stderr=True)
@@ -21,36 +27,78 @@ console = Console(stderr=True)
 def log(message: str, enabled: bool = True) -> None:
     """One dim status line on stderr (nothing when ``enabled`` is False)."""
     if enabled:
-        console.print(f"[dim]{message}[/]")
+        console.print(f"[dim]{escape(message)}[/]", highlight=False, soft_wrap=True)  # one line each, in logs too
+
+
+class Advance(Protocol):
+    def __call__(self, n: int = 1, description: str | None = None, **counters: int) -> None: ...
+
+
+def _noop(n: int = 1, description: str | None = None, **counters: int) -> None:
+    return None
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def plain_line(description: str, done: int, total: int | None, unit: str, elapsed: float, counters: dict) -> str:
+    """The non-TTY progress line: ``embedding: 2048/9000 problems (88.1/s, ~1 min 19 s left; 5,120 tokens/s)``.
+
+    >>> plain_line("embedding", 50, 100, "problems", 10.0, {})
+    'embedding: 50/100 problems (5.0/s, ~10 s left)'
+    """
+    rate = done / elapsed if elapsed > 0 else 0.0
+    parts = [f"{rate:,.1f}/s"]
+    if total and rate > 0:
+        parts[0] += f", ~{_duration((total - done) / rate)} left"
+    parts += [f"{v / elapsed:,.0f} {k}/s" for k, v in counters.items() if elapsed > 0]
+    count = f"{done:,}/{total:,}" if total else f"{done:,}"
+    return f"{description}: {count} {unit} ({'; '.join(parts)})"
 
 
 @contextlib.contextmanager
 def bar(
-    total: int | None, description: str, *, enabled: bool = True, unit: str = "items", log_every_s: float = 30.0
-) -> Iterator[Callable[[int], None]]:
-    """A progress bar over ``total`` units; yields ``advance(n)``. Silent when ``enabled`` is False.
+    total: int | None,
+    description: str,
+    *,
+    enabled: bool = True,
+    unit: str = "items",
+    log_every_s: float = 30.0,
+    transient: bool = True,
+) -> Iterator[Advance]:
+    """A progress bar over ``total`` units; yields ``advance`` (module docstring). Silent when ``enabled`` is False.
 
     >>> with bar(3, "demo", enabled=False) as advance:
     ...     advance(3)
     """
     if not enabled:
-        yield lambda n=1: None
+        yield _noop
         return
+    t0 = time.monotonic()
+    counters: dict[str, int] = {}
     if not sys.stderr.isatty():
-        state = {"done": 0, "last": time.monotonic(), "t0": time.monotonic()}
+        state = {"done": 0, "last": t0, "description": description}
 
-        def advance_plain(n: int = 1) -> None:
+        def advance_plain(n: int = 1, description: str | None = None, **more: int) -> None:
             state["done"] += n
+            if description:
+                state["description"] = description
+            for k, v in more.items():
+                counters[k] = counters.get(k, 0) + v
             now = time.monotonic()
             if now - state["last"] >= log_every_s:
                 state["last"] = now
-                rate = state["done"] / max(now - state["t0"], 1e-9)
-                left = f", ~{(total - state['done']) / rate:.0f} s left" if total and rate > 0 else ""
-                log(f"{description}: {state['done']}/{total or '?'} {unit} ({rate:.1f}/s{left})")
+                log(plain_line(state["description"], state["done"], total, unit, now - t0, counters))
 
         yield advance_plain
-        elapsed = time.monotonic() - state["t0"]
-        log(f"{description}: {state['done']} {unit} in {elapsed:.1f} s")
+        elapsed = time.monotonic() - t0
+        log(f"{state['description']}: {state['done']:,} {unit} in {_duration(elapsed)}")
         return
     from rich.progress import (
         BarColumn,
@@ -58,16 +106,33 @@ def bar(
         Progress,
         TaskProgressColumn,
         TextColumn,
+        TimeElapsedColumn,
         TimeRemainingColumn,
     )
 
-    columns = (
+    columns = [
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
+        TextColumn(unit),
         TaskProgressColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TextColumn("left"),
         TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task(description, total=total)
-        yield lambda n=1: progress.advance(task, n)
+    ]
+    with Progress(*columns, console=console, transient=transient) as progress:
+        task = progress.add_task(description, total=total, rate="")
+
+        def advance_rich(n: int = 1, description: str | None = None, **more: int) -> None:
+            for k, v in more.items():
+                counters[k] = counters.get(k, 0) + v
+            elapsed = max(time.monotonic() - t0, 1e-9)
+            done = progress.tasks[0].completed + n
+            rates = [f"{done / elapsed:,.1f}/s"] + [f"{v / elapsed:,.0f} {k}/s" for k, v in counters.items()]
+            fields = {"rate": ", ".join(rates)}
+            if description:
+                fields["description"] = description
+            progress.update(task, advance=n, **fields)
+
+        yield advance_rich

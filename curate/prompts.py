@@ -68,13 +68,21 @@ def trl_frame(df: pl.DataFrame, instruction: str = INSTRUCTION) -> pl.DataFrame:
 
 
 def verl_frame(df: pl.DataFrame, instruction: str = INSTRUCTION, split: str = "train") -> pl.DataFrame:
-    """verl's RL parquet layout (as in FastCuRL's and DeepScaleR's training files), rows in ``df``'s order."""
+    """verl's RL parquet layout (as in FastCuRL's and DeepScaleR's training files), rows in ``df``'s order.
+
+    ``extra_info`` also carries ``answer_alternatives`` when ``df`` has them: verl passes ``extra_info`` to a custom
+    reward function, so ``training/verl_reward.py`` accepts every gold form, as the TRL reward does.
+    """
+    alternatives = [pl.col(S.ANSWER_ALTERNATIVES)] if S.ANSWER_ALTERNATIVES in df.columns else []
     return df.with_row_index("_index").select(
         pl.col(S.SOURCE).alias("data_source"),
         chat_prompt_expr(instruction),
         pl.lit("math").alias("ability"),
         pl.struct(pl.col(S.ANSWER).alias("ground_truth"), pl.lit("rule").alias("style")).alias("reward_model"),
         pl.struct(
-            pl.col("_index").cast(pl.Int64).alias("index"), pl.col(S.PROBLEM_ID), pl.lit(split).alias("split")
+            pl.col("_index").cast(pl.Int64).alias("index"),
+            pl.col(S.PROBLEM_ID),
+            pl.lit(split).alias("split"),
+            *alternatives,
         ).alias("extra_info"),
     )

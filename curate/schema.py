@@ -110,7 +110,7 @@ LEARNING_PROGRESS = "learning_progress"  # change in pass rate between the first
 SELECT_SCORE = "select_score"  # the value a selection sampled on (DES, a column, or an external score)
 
 SOLUTION_ID = "solution_id"
-ORIGIN = "origin"  # where a solution came from: "rollout", "import", "reference", "teacher"
+ORIGIN = "origin"  # where a solution came from: ORIGINS ("reference", "imported", "ledger", "teacher")
 TEXT = "text"
 VERIFIED = "verified"
 TOKENS = "tokens"
@@ -125,16 +125,6 @@ TOKENS_INCORRECT_N = "tokens_incorrect_n"
 # --------------------------------------------------------------------------------------------------- values
 SPLITS = ("train", "test")
 VERDICTS = ("correct", "wrong", "no_answer", "unparseable", "timeout", "truncated", "error")
-DROP_REASONS = (
-    "missing_answer",
-    "empty_problem",
-    "too_long",
-    "undecodable",
-    "malformed",
-    "duplicate_conflict",
-    "contaminated",
-    "near_duplicate",
-)
 # The instruction appended to every problem (DeepScaleR/FastCuRL). Builders of prompts live in curate/prompts.py.
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 INSTRUCTION_SUFFIX = " " + INSTRUCTION
@@ -284,15 +274,66 @@ CURRICULA = pl.Schema(
     }
 )
 
+# --------------------------------------------------------------------------------------------------- solutions
+# The solutions stage (curate/solutions/, issue 13): distinct verified solutions per problem, what it dropped and
+# why (solutions_quarantine.parquet: solutions, not problems, so apart from the quarantine_<stage> files of
+# problems), and each problem's CoScale-RL pool. ORIGIN says where a solution came from (ORIGINS).
+CHARS = "chars"  # length of a solution's text in characters
+N_SOLUTIONS = "n_solutions"  # distinct verified solutions kept for a problem
+TEACHER_SAMPLES = "teacher_samples"  # teacher samples spent on a problem (its budget counts these)
+SIMILAR_TO = "similar_to"  # the kept solution a dropped duplicate matched
+SIMILARITY = "similarity"  # word n-gram Jaccard with SIMILAR_TO (1.0 for an exact duplicate)
+ORIGINS = ("reference", "imported", "ledger", "teacher")
+SOLUTION_DROP_REASONS = (
+    "wrong_answer",  # re-checked by curate.verify: not correct against the gold answer
+    "truncated",  # the generation hit its token limit (finish_reason "length")
+    "answer_leak",  # fewer than min_reasoning_words before the final answer
+    "too_long",  # over the SFT length bound (never truncated: that would cut off the boxed answer)
+    "duplicate",  # same normalized text as a kept solution
+    "near_duplicate",  # word n-gram Jaccard with a kept solution at or above the threshold
+)
+COSCALE_POOLS = ("unsolvable", "solvable", "solved", "failed")
+
 SOLUTIONS = pl.Schema(
     {
         PROBLEM_ID: pl.String,
-        SOLUTION_ID: pl.String,
+        SOLUTION_ID: pl.String,  # sha256 of problem_id + normalized text, 16 hex digits
+        RANK: pl.Int32,  # 0.. within the problem: the order SFT exports take solutions in
         TEXT: pl.String,
+        EXTRACTED_ANSWER: pl.String,
+        VERDICT: pl.String,
+        ORIGIN: pl.String,
+        MODEL: pl.String,  # generator for ledger/imported/teacher rows; null for reference solutions
+        RUN_ID: pl.String,
+        SAMPLE_IDX: pl.Int32,
+        TOKENS: pl.Int32,  # with a tokenizer, else null
+        CHARS: pl.Int32,
+    }
+)
+
+SOLUTIONS_QUARANTINE = pl.Schema(
+    {
+        PROBLEM_ID: pl.String,
+        SOLUTION_ID: pl.String,
         ORIGIN: pl.String,
         MODEL: pl.String,
-        TOKENS: pl.Int32,
-        VERIFIED: pl.Boolean,
+        RUN_ID: pl.String,
+        SAMPLE_IDX: pl.Int32,
+        DROP_REASON: pl.String,
+        DETAIL: pl.String,
+        SIMILAR_TO: pl.String,
+        SIMILARITY: pl.Float64,
+        TEXT: pl.String,
+    }
+)
+
+SOLUTION_POOLS = pl.Schema(
+    {
+        PROBLEM_ID: pl.String,
+        N_SOLUTIONS: pl.Int32,
+        PASS_RATE: pl.Float64,  # the student's pass rate the pool is read from (null: no evidence)
+        TEACHER_SAMPLES: pl.Int32,
+        COSCALE_POOL: pl.String,  # COSCALE_POOLS
     }
 )
 
@@ -323,6 +364,8 @@ TABLES: dict[str, pl.Schema] = {
     "selections": SELECTIONS,
     "curricula": CURRICULA,
     "solutions": SOLUTIONS,
+    "solutions_quarantine": SOLUTIONS_QUARANTINE,
+    "solution_pools": SOLUTION_POOLS,
 }
 
 

@@ -191,7 +191,10 @@ def api_url_for_workers():
     return temporary_settings(updates={PREFECT_API_URL: str(get_client().api_url)})
 
 
-@flow(name="curate-dataset", flow_run_name=_run_name, log_prints=True)
+# log_prints stays off: the stages log through loggers and a stderr console, never ``print``, so forwarding prints
+# would only forward libraries' ones (dill disassembles bytecode while datasets fingerprints a selection's ``hf/``
+# folder, into a capture that Prefect's patched ``print`` bypasses: a dozen lines of bytecode per select run).
+@flow(name="curate-dataset", flow_run_name=_run_name, log_prints=False)
 def curate_dataset(
     recipe_path: str,
     overrides: dict[str, Any] | None = None,
@@ -207,13 +210,14 @@ def curate_dataset(
         overrides: dotted recipe keys, e.g. ``{"select.size": 500, "rollout.backend": "openai"}``.
         stages: run only these of the recipe's stages (in recipe order); finished earlier stages are read as is.
         force: redo stages even when their manifests say they are up to date.
-        home: workspace root; default the recipe's ``home``, else ``$CURATE_HOME``, else ``./workspace``.
+        home: workspace root; default ``$CURATE_HOME``, else the recipe's ``home``, else ``./workspace`` (the
+            precedence of ``curate.io.Workspace.resolve``, shared with ``curate run``).
         dask_address: run rollout shards on Dask: a scheduler address, or ``"local"`` for a ``LocalCluster``.
     """
     logger = get_run_logger()
     recipe = config.load_recipe(recipe_path, overrides)
     names = planned_stages(recipe, stages)
-    ws = Workspace.resolve(home or recipe.home)
+    ws = Workspace.resolve(home, recipe_home=recipe.home)  # the one precedence `curate run` uses too
     logger.info("recipe %s (pool %s): stages %s into %s", recipe.name, recipe.pool, names, ws.root)
     t0 = time.perf_counter()
     results: list[dict] = []
@@ -278,17 +282,46 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--set", dest="overrides", action="append", help="Override a recipe key: select.size=500.")
     parser.add_argument("--stage", dest="stages", action="append", help="Run only this stage (repeatable).")
     parser.add_argument("--force", action="store_true", help="Redo stages even if their outputs are up to date.")
-    parser.add_argument("--home", help="Workspace root (default: recipe's home, $CURATE_HOME, ./workspace).")
+    parser.add_argument("--home", help="Workspace root (default: $CURATE_HOME, the recipe's home, ./workspace).")
     parser.add_argument("--dask", dest="dask_address", help='Run rollout shards on Dask: an address or "local".')
     args = parser.parse_args(argv)
-    return curate_dataset(
-        recipe_path=args.recipe,
-        overrides=config.parse_overrides(args.overrides) or None,
-        stages=args.stages,
-        force=args.force,
-        home=args.home,
-        dask_address=args.dask_address,
-    )
+    with exit_on_sigterm():
+        return curate_dataset(
+            recipe_path=args.recipe,
+            overrides=config.parse_overrides(args.overrides) or None,
+            stages=args.stages,
+            force=args.force,
+            home=args.home,
+            dask_address=args.dask_address,
+        )
+
+
+@contextlib.contextmanager
+def exit_on_sigterm():
+    """While the block runs, SIGTERM raises ``SystemExit(143)`` instead of killing the process outright.
+
+    Prefect turns a SIGTERM during a run into a crashed task, then re-sends the signal to the handler that was
+    installed before the run: with Python's default one the process dies at once, the flow run stays RUNNING and
+    the temporary API server Prefect started for this process (no ``PREFECT_API_URL``) is left listening, because
+    its ``atexit`` shutdown never runs. Raising ``SystemExit`` instead unwinds the flow (marked crashed) and runs
+    ``atexit``, which stops that server. Ctrl-C (SIGINT) already unwinds as ``KeyboardInterrupt``. A SIGKILL cannot
+    be caught: it leaves the server and a RUNNING run behind. Only the main thread can install a handler.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

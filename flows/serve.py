@@ -9,13 +9,20 @@ that lives only as long as this process (no UI to look at, but runs still happen
 - ``curate-dataset/demo-select``: on demand; re-scores and re-selects with editable overrides.
 
 Trigger one with ``prefect deployment run 'curate-dataset/demo-select' --param stages='["select"]'``.
+
+Serving after ``prefect deploy --all`` (the README's Prefect block read top to bottom) takes the yaml's deployments
+of the same names over: they are updated in place, their work pool is cleared (runs are this process's, not a
+worker's), and each run executes the flow object this process holds (``Runner.add_flow``), never flow code
+"downloaded from storage", which a yaml deployment does not have (its code comes from a pull step that serving
+clears). A later ``prefect deploy --all`` gives them back to the work pool.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+from typing import Any
 
-from prefect import serve
 from prefect.schedules import Cron
 
 from flows.curation import curate_dataset
@@ -29,23 +36,49 @@ TIMEZONE = "UTC"
 SELECT_PARAMETERS = {"recipe_path": DEMO_RECIPE, "stages": ["score", "select"], "overrides": {"select.size": 500}}
 
 
-def deployments(recipe_path: str = DEMO_RECIPE) -> list:
-    """The runner deployments ``prefect.yaml`` declares, for ``prefect.serve``."""
+def deployment_specs(recipe_path: str = DEMO_RECIPE) -> list[dict[str, Any]]:
+    """The deployments ``prefect.yaml`` declares, as keyword arguments of ``Runner.add_flow``."""
     return [
-        curate_dataset.to_deployment(
-            name=NIGHTLY,
-            schedule=Cron(NIGHTLY_CRON, timezone=TIMEZONE),
-            parameters={"recipe_path": recipe_path},
-            description="Nightly curation of the demo recipe (every stage it lists; finished stages are skipped).",
-            tags=["curation", "nightly"],
-        ),
-        curate_dataset.to_deployment(
-            name=SELECT,
-            parameters={**SELECT_PARAMETERS, "recipe_path": recipe_path},
-            description="On-demand re-scoring and selection; edit overrides (e.g. select.size) when triggering.",
-            tags=["curation", "selection"],
-        ),
+        {
+            "name": NIGHTLY,
+            "schedules": [Cron(NIGHTLY_CRON, timezone=TIMEZONE)],
+            "parameters": {"recipe_path": recipe_path},
+            "description": "Nightly curation of the demo recipe (every stage it lists; finished stages are skipped).",
+            "tags": ["curation", "nightly"],
+        },
+        {
+            "name": SELECT,
+            "parameters": {**SELECT_PARAMETERS, "recipe_path": recipe_path},
+            "description": "On-demand re-scoring and selection; edit overrides (e.g. select.size) when triggering.",
+            "tags": ["curation", "selection"],
+        },
     ]
+
+
+def deployments(recipe_path: str = DEMO_RECIPE) -> list:
+    """The same deployments as ``RunnerDeployment`` objects (what ``prefect.yaml`` is compared with)."""
+    return [curate_dataset.to_deployment(**spec) for spec in deployment_specs(recipe_path)]
+
+
+def serve(recipe_path: str = DEMO_RECIPE, limit: int = 1) -> None:
+    """Register the deployments and run their flow runs in this process until interrupted.
+
+    ``prefect.serve`` is not used: it registers deployments without their flow, so the runner re-loads the flow
+    from the deployment's storage, which a deployment made by ``prefect deploy`` does not have. ``add_flow`` keeps
+    the flow in the runner and explicitly clears any work pool on the server.
+    """
+    from prefect.exceptions import TerminationSignal
+    from prefect.runner import Runner
+
+    runner = Runner(name="curate-serve", pause_on_shutdown=True, limit=limit)
+    for spec in deployment_specs(recipe_path):
+        runner.add_flow(curate_dataset, **spec)
+    names = ", ".join(f"{curate_dataset.name}/{spec['name']}" for spec in deployment_specs(recipe_path))
+    print(f"Serving {names} (recipe {recipe_path}); Ctrl-C stops and pauses their schedules.", flush=True)
+    try:
+        asyncio.run(runner.start())
+    except (KeyboardInterrupt, TerminationSignal) as exc:
+        print(f"{type(exc).__name__}: stopped serving.", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -57,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--recipe", default=DEMO_RECIPE, help=f"Recipe the deployments run (default {DEMO_RECIPE}).")
     parser.add_argument("--limit", type=int, default=1, help="Flow runs executed at the same time (default 1).")
     args = parser.parse_args(argv)
-    serve(*deployments(args.recipe), limit=args.limit)
+    serve(args.recipe, args.limit)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@
     curate run --recipe datasets/demo/recipe.yaml   run the stages a recipe lists
     curate pools / curate show POOL             what the workspace holds
 
-Verbs of later stages are defined beside their stage code (``cli_rollout.py``, ``cli_select.py``,
-``cli_curriculum.py``) and added to the app at the bottom of this file.
+Verbs of the other stages live in one module per verb group (``curate/cli/rollout.py``, ``select.py``, ...) and
+are added to the app at the bottom of this file. Errors: ``common.run_app`` (one line and exit 2 for a user error
+or a usage error, a traceback for a bug, 130 on Ctrl-C); ``curate --version`` prints the version.
 """
 
 from __future__ import annotations
@@ -18,13 +19,12 @@ import typer
 from rich.table import Table
 
 from curate.cli.common import (
-    USER_ERRORS,
     Force,
     Home,
     Json,
+    LockWait,
     console,
     emit,
-    fail,
     out,
     render_summary,
     run_app,
@@ -34,7 +34,8 @@ from curate.cli.common import (
 
 app = typer.Typer(
     name="curate",
-    help="Curate small, verified, well-ordered RL training sets for reasoning LLMs.",
+    help="Curate small, verified, well-ordered RL training sets for reasoning LLMs. `curate --version` prints the "
+    "version.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -53,26 +54,29 @@ def run(
         typer.Option("--set", help="Override a recipe key, e.g. --set select.size=500 (repeatable)."),
     ] = None,
     home: Home = None,
+    lock_timeout: LockWait = None,
     as_json: Json = False,
     force: Force = False,
 ) -> None:
-    """Run the stages a recipe lists, in order; finished stages are skipped (their manifests match)."""
+    """Run the stages a recipe lists, in order; finished stages are skipped (their manifests match).
+
+    The whole recipe is validated first (every section, every key), so a typo fails before any work starts.
+    Workspace root: --home, else $CURATE_HOME, else the recipe's home:, else ./workspace (``Workspace.resolve``,
+    the same rule the Prefect flow uses).
+    """
     from curate import config, pipeline
 
-    try:
-        rec = config.load_recipe(recipe, config.parse_overrides(set_))
-        ws = workspace(home or rec.home)
+    rec = pipeline.load_recipe(recipe, config.parse_overrides(set_))
+    ws = workspace(home, lock_timeout, recipe_home=rec.home)
 
-        def show(result: pipeline.StageResult) -> None:
-            if not as_json:
-                state = "[dim]skipped (up to date)[/]" if result.skipped else f"done in {result.wall_s:.1f}s"
-                console.print(f"[bold]{result.stage}[/] {state}")
-                render_summary(result.summary)
+    def show(result: pipeline.StageResult) -> None:
+        if not as_json:
+            state = "[dim]skipped (up to date)[/]" if result.skipped else f"done in {result.wall_s:.1f}s"
+            console.print(f"[bold]{result.stage}[/] {state}")
+            render_summary(result.summary)
 
-        t0 = time.perf_counter()
-        results = pipeline.run_recipe(rec, ws, only=stage, force=force, on_result=show)
-    except (*USER_ERRORS, config.ConfigError) as exc:
-        fail(str(exc))
+    t0 = time.perf_counter()
+    results = pipeline.run_recipe(rec, ws, only=stage, force=force, on_result=show, progress=not as_json)
     payload = {
         "recipe": str(recipe),
         "home": str(ws.root),
@@ -105,6 +109,7 @@ def ingest(
     name: Annotated[str | None, typer.Option("--name", help="Source name in the pool (one source only).")] = None,
     max_problem_chars: Annotated[int, typer.Option(help="Longer problems go to quarantine as too_long.")] = 20_000,
     home: Home = None,
+    lock_timeout: LockWait = None,
     as_json: Json = False,
     force: Force = False,
 ) -> None:
@@ -112,15 +117,12 @@ def ingest(
     from curate import config
     from curate.ingest import stage as ingest_mod
 
-    try:
-        fields = dict(_split_pair(f) for f in field_map or ())
-        if name and len(sources) > 1:
-            raise ValueError("--name names one source; give one source per call or drop --name")
-        specs = [config.SourceSpec(path=s, format=fmt, fields=fields, split=split, name=name) for s in sources]
-        cfg = config.IngestConfig(sources=tuple(specs), max_problem_chars=max_problem_chars)
-        result = ingest_mod.ingest(workspace(home), pool, cfg, force=force, progress=not as_json)
-    except (*USER_ERRORS, config.ConfigError) as exc:
-        fail(str(exc))
+    fields = dict(_split_pair(f) for f in field_map or ())
+    if name and len(sources) > 1:
+        raise config.ConfigError("--name names one source; give one source per call or drop --name")
+    specs = [config.SourceSpec(path=s, format=fmt, fields=fields, split=split, name=name) for s in sources]
+    cfg = config.IngestConfig(sources=tuple(specs), max_problem_chars=max_problem_chars)
+    result = ingest_mod.ingest(workspace(home, lock_timeout), pool, cfg, force=force, progress=not as_json)
     emit(result.to_dict(), as_json, lambda p: render_summary(p["summary"]))
 
 
@@ -173,17 +175,16 @@ def show(pool: Annotated[str, typer.Argument(help="Pool name.")], home: Home = N
     from curate.ingest import stage as ingest_mod
 
     ws = workspace(home)
-    try:
-        ws.require_pool(pool)
-    except FileNotFoundError as exc:
-        fail(str(exc))
+    ws.require_pool(pool)
     emit(ingest_mod.pool_summary(ws, pool, detailed=True), as_json, render_summary)
 
 
 # --------------------------------------------------------------------------------------------------- helpers
 def _split_pair(item: str) -> tuple[str, str]:
+    from curate.errors import ConfigError
+
     if "=" not in item:
-        raise ValueError(f"--field {item!r} is not OURS=THEIRS (e.g. problem=question)")
+        raise ConfigError(f"--field {item!r} is not OURS=THEIRS (e.g. problem=question)")
     k, v = item.split("=", 1)
     return k.strip(), v.strip()
 
@@ -198,10 +199,11 @@ from curate.cli import curriculum as _curriculum  # noqa: E402
 from curate.cli import decontaminate as _decontaminate  # noqa: E402
 from curate.cli import rollout as _rollout  # noqa: E402
 from curate.cli import select as _select  # noqa: E402
+from curate.cli import solutions as _solutions  # noqa: E402
 from curate.cli import verify as _verify  # noqa: E402
 
 
-for _group in (_verify, _rollout, _decontaminate, _select, _curriculum):
+for _group in (_verify, _rollout, _decontaminate, _select, _curriculum, _solutions):
     _group.register(app)
 
 

@@ -1,12 +1,13 @@
 """Shared pieces of the ``curate`` CLI: common options, output in text or JSON, clear failures.
 
-Every verb module (``cli.py``, ``cli_rollout.py``, ...) builds on these so all verbs take ``--home`` and
-``--json`` the same way and fail the same way: a one-line message on stderr and exit code 2, never a traceback
-for a user error.
+Every verb module (``curate/cli/*.py``) builds on these so all verbs take ``--home`` and ``--json`` the same way
+and fail the same way (``run_app``): a one-line message on stderr and exit code 2 for a user error (a
+``CurateError``, a usage error), a traceback for a bug, "interrupted" and 130 for Ctrl-C.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from curate.errors import CurateError
 from curate.io import Workspace
 from curate.progress import console
 
@@ -29,15 +31,28 @@ Home = Annotated[
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print the summary as JSON (for scripts).")]
 Force = Annotated[bool, typer.Option("--force", help="Redo the work even if the outputs are up to date.")]
+LockWait = Annotated[
+    float | None,
+    typer.Option(
+        "--lock-timeout",
+        envvar="CURATE_LOCK_TIMEOUT",
+        help="Seconds to wait while another process writes the same pool, selection or curriculum (default 600; "
+        "negative: no limit).",
+        show_default=False,
+    ),
+]
 
 
-def workspace(home: str | None) -> Workspace:
-    return Workspace.resolve(home)
+def workspace(home: str | None, lock_timeout: float | None = None, recipe_home: str | None = None) -> Workspace:
+    """The workspace of ``--home``, else ``$CURATE_HOME``, else the recipe's ``home:`` (``curate run``), else
+    ``./workspace`` (``Workspace.resolve``), with the verb's ``--lock-timeout`` if given."""
+    ws = Workspace.resolve(home, recipe_home=recipe_home)
+    return ws if lock_timeout is None else dataclasses.replace(ws, lock_timeout=lock_timeout)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    console.print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(code)
+    """Print ``error: message`` and exit with ``code`` (2: a user error)."""
+    raise typer.Exit(error_line(message, code))
 
 
 def emit(payload: Any, as_json: bool, render: Callable[[Any], None]) -> None:
@@ -48,35 +63,90 @@ def emit(payload: Any, as_json: bool, render: Callable[[Any], None]) -> None:
         render(payload)
 
 
-def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
-    """Run a typer app and return its exit code instead of exiting (console scripts and tests both use it)."""
-    import click
+INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
+
+def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
+    """Run a typer app and return its exit code instead of exiting (console scripts and tests both use it).
+
+    Shared by ``curate`` and ``training``, so both fail the same way:
+
+    - ``--version`` as the first argument prints ``<app> <version>`` and exits 0;
+    - a usage error (unknown verb or option, missing or unparsable value) prints click's short usage message and
+      exits 2. typer >= 0.29 vendors click as ``typer._click``, whose exceptions derive from
+      ``typer.TyperException``, not from the ``click`` package's, so that is the class caught here;
+    - a ``CurateError`` (``ConfigError``, ``InputError``, ``LockTimeout``, ...) prints one line and exits 2, and so
+      does a ``FileNotFoundError`` / ``PermissionError`` the OS raised for a named path (a file the user gave);
+    - Ctrl-C prints "interrupted" and exits 130;
+    - anything else is a bug and keeps its traceback.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--version"]:
+        out.print(f"{app.info.name or 'curate'} {version()}", highlight=False)
+        return 0
     try:
-        rc = app(args=argv, standalone_mode=False)  # click returns a typer.Exit's code instead of raising it
+        rc = app(args=args, standalone_mode=False)  # click returns a typer.Exit's code instead of raising it
     except typer.Exit as exc:
-        return exc.exit_code or 0
+        rc = exc.exit_code or 0
     except SystemExit as exc:
-        return int(exc.code or 0)
-    except click.ClickException as exc:  # usage errors: print click's message, no traceback
-        exc.show()
+        rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except typer.TyperException as exc:  # click's usage errors, as typer vendors them
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:
+            console.print(f"Error: {exc.format_message()}", highlight=False, markup=False)
         return exc.exit_code
+    except typer.Abort:
+        console.print("Aborted!", highlight=False)
+        return 1
+    except KeyboardInterrupt:
+        rc = INTERRUPTED
+    except CurateError as exc:
+        return error_line(str(exc))
+    except (FileNotFoundError, PermissionError) as exc:
+        if exc.filename is None:  # not the OS naming a path: a bug, keep the traceback
+            raise
+        return error_line(f"{exc.strerror or exc}: {exc.filename}")
+    if rc == INTERRUPTED:  # typer turns KeyboardInterrupt into Exit(130) before we see it
+        console.print("interrupted", highlight=False)
     return rc if isinstance(rc, int) else 0
 
 
-USER_ERRORS: tuple[type[BaseException], ...] = (FileNotFoundError, ValueError, KeyError, PermissionError)
+def error_line(message: str, code: int = 2) -> int:
+    """Print ``error: message`` on stderr (one line, no markup) and return ``code``."""
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    return code
+
+
+def version() -> str:
+    """The installed ``curate-rl`` version."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("curate-rl")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+# What a verb turns into one line + exit 2 (``run_app`` does the same for whatever a verb lets through). Only
+# user errors: a KeyError or ValueError from a bug keeps its traceback (issue 10).
+USER_ERRORS: tuple[type[BaseException], ...] = (CurateError,)  # LockTimeout included
 
 
 def render_summary(summary: dict) -> None:
-    """Render a nested summary dict: scalars as a key/value table, lists of rows as their own tables."""
+    """Render a nested summary dict: scalars as a key/value table, lists of rows as their own tables, and
+    ``warnings`` (a list of text) as ``warning:`` lines on stderr."""
     if not summary:
         return
     scalars = Table(show_header=False, box=None, pad_edge=False)
     scalars.add_column(style="bold")
     scalars.add_column()
-    nested = []
+    nested, warnings = [], []
     for key, value in summary.items():
-        if isinstance(value, list) and value and isinstance(value[0], dict):
+        if key == "warnings" and isinstance(value, list):
+            warnings += [str(w) for w in value]
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
             nested.append((key, value))
         elif isinstance(value, dict):
             scalars.add_row(key, escape(", ".join(f"{k}={v}" for k, v in value.items()) or "-"))
@@ -98,3 +168,5 @@ def render_summary(summary: dict) -> None:
                 )
             )
         out.print(table)
+    for warning in warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from curate.cli.common import USER_ERRORS, Force, Home, Json, emit, fail, out, workspace
+from curate.cli.common import Force, Home, Json, LockWait, emit, out, workspace
 
 
 def register(app: typer.Typer) -> None:
@@ -41,22 +41,19 @@ def curriculum(
     epochs: Annotated[int, typer.Option("--epochs", help="scalingrl: epochs planned (also T of w_t = t/T).")] = 10,
     seed: Annotated[int, typer.Option("--seed", help="Seed of every random choice in the plan and sampler.")] = 0,
     home: Home = None,
+    lock_timeout: LockWait = None,
     as_json: Json = False,
     force: Force = False,
 ) -> None:
     """Write a stage plan, one training shard per stage, and a figure of the plan."""
-    from curate.config import ConfigError
     from curate.curriculum import stage as C
     from curate.curriculum.sampler import SamplerConfig
 
-    try:
-        cfg = C.CurriculumConfig(
-            name=name, selection=selection, pool=pool, plan=plan, preset=preset, unit=unit, tokenizer=tokenizer,
-            threshold=threshold, model=model, sampler=SamplerConfig(size=size, epochs=epochs, seed=seed),
-        )  # fmt: skip
-        result = C.build(workspace(home), cfg, force=force, progress=not as_json)
-    except (*USER_ERRORS, ConfigError) as exc:
-        fail(str(exc))
+    cfg = C.CurriculumConfig(
+        name=name, selection=selection, pool=pool, plan=plan, preset=preset, unit=unit, tokenizer=tokenizer,
+        threshold=threshold, model=model, sampler=SamplerConfig(size=size, epochs=epochs, seed=seed),
+    )  # fmt: skip
+    result = C.build(workspace(home, lock_timeout), cfg, force=force, progress=not as_json)
     emit(result.to_dict(), as_json, _render_plan)
 
 
@@ -81,17 +78,13 @@ def simulate(
     as_json: Json = False,
 ) -> None:
     """Replay a curriculum against a simple model of per-problem learning and compare sampling policies."""
-    from curate.config import ConfigError
     from curate.curriculum.simulate import SimulateConfig, run_simulation
 
-    try:
-        cfg = SimulateConfig(
-            policies=tuple(p.strip() for p in policies.split(",") if p.strip()), steps=steps, seed=seed, lr=lr,
-            init=init, model=model, pool=pool, batch=batch, rollouts=rollouts,
-        )  # fmt: skip
-        result = run_simulation(workspace(home), curriculum, cfg, progress=not as_json)
-    except (*USER_ERRORS, ConfigError) as exc:
-        fail(str(exc))
+    cfg = SimulateConfig(
+        policies=tuple(p.strip() for p in policies.split(",") if p.strip()), steps=steps, seed=seed, lr=lr,
+        init=init, model=model, pool=pool, batch=batch, rollouts=rollouts,
+    )  # fmt: skip
+    result = run_simulation(workspace(home), curriculum, cfg, progress=not as_json)
     if as_json:
         for row in result["policies"].values():
             row["curve"] = [[s, round(r, 4)] for s, r in row["curve"]]

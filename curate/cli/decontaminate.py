@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from curate.cli.common import USER_ERRORS, Force, Home, Json, emit, fail, render_summary, workspace
+from curate.cli.common import Force, Home, Json, LockWait, emit, render_summary, workspace
 
 
 Pool = Annotated[str, typer.Option("--pool", "-p", help="Pool to read (see `curate pools`).")]
@@ -45,21 +45,18 @@ def embed(
     as_json: Json = False,
 ) -> None:
     """Embed a pool's problems into the shared cache; problems already cached for this encoder are not recomputed."""
-    from curate import config, io
     from curate import embed as E
+    from curate import io
     from curate import schema as S
 
-    try:
-        ws = workspace(home)
-        cfg = E.EmbedConfig(encoder=encoder, dtype=dtype, batch_size=batch_size, device=device)
-        problems = io.read_parquet(ws.require_pool(pool), S.PROBLEMS).sort(S.PROBLEM_ID)
-        before = E.cache_summary(ws, cfg)["cached"]
-        t0 = time.perf_counter()
-        vectors = E.embed_problems(ws, problems, cfg, progress=not as_json)
-        wall = time.perf_counter() - t0
-        after = E.cache_summary(ws, cfg)
-    except (*USER_ERRORS, config.ConfigError) as exc:
-        fail(str(exc))
+    ws = workspace(home)
+    cfg = E.EmbedConfig(encoder=encoder, dtype=dtype, batch_size=batch_size, device=device)
+    problems = io.read_parquet(ws.require_pool(pool), S.PROBLEMS).sort(S.PROBLEM_ID)
+    before = E.cache_summary(ws, cfg)["cached"]
+    t0 = time.perf_counter()
+    vectors = E.embed_problems(ws, problems, cfg, progress=not as_json)
+    wall = time.perf_counter() - t0
+    after = E.cache_summary(ws, cfg)
     computed = after["cached"] - before
     summary = {
         "pool": pool,
@@ -95,6 +92,7 @@ def decontaminate(
     encoder: Encoder = "default",
     dtype: Dtype = "auto",
     home: Home = None,
+    lock_timeout: LockWait = None,
     as_json: Json = False,
     force: Force = False,
 ) -> None:
@@ -102,24 +100,20 @@ def decontaminate(
 
     Writes pools/<pool>/filters.parquet and the stage's rows of quarantine.parquet; the problems table is unchanged.
     """
-    from curate import config
     from curate.decontaminate import stage as D
     from curate.decontaminate.dedup import DedupConfig
     from curate.embed import EmbedConfig
 
-    try:
-        cfg = D.DecontamConfig(
-            benchmark_pools=tuple(benchmark_pool or ()),
-            ngram_n=ngram_n,
-            ngram_threshold=ngram_threshold,
-            use_embeddings=embeddings,
-            embed_threshold=embed_threshold,
-            embed=EmbedConfig(encoder=encoder, dtype=dtype),
-            dedup=DedupConfig(enabled=dedup, threshold=dedup_threshold),
-        )
-        result = D.decontaminate_pool(workspace(home), pool, cfg, force=force, progress=not as_json)
-    except (*USER_ERRORS, config.ConfigError) as exc:
-        fail(str(exc))
+    cfg = D.DecontamConfig(
+        benchmark_pools=tuple(benchmark_pool or ()),
+        ngram_n=ngram_n,
+        ngram_threshold=ngram_threshold,
+        use_embeddings=embeddings,
+        embed_threshold=embed_threshold,
+        embed=EmbedConfig(encoder=encoder, dtype=dtype),
+        dedup=DedupConfig(enabled=dedup, threshold=dedup_threshold),
+    )
+    result = D.decontaminate_pool(workspace(home, lock_timeout), pool, cfg, force=force, progress=not as_json)
     emit(result.to_dict(), as_json, _render)
 
 

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from curate.cli.common import USER_ERRORS, Force, Home, Json, emit, fail, out, render_summary, workspace
+from curate.cli.common import Force, Home, Json, LockWait, emit, out, render_summary, workspace
 
 
 Pool = Annotated[str, typer.Option("--pool", "-p", help="Pool to read (see `curate pools`).")]
@@ -56,6 +56,7 @@ def rollout(
     ] = None,
     workers: Annotated[int | None, typer.Option(help="Answer-checking processes (default: one per core).")] = None,
     home: Home = None,
+    lock_timeout: LockWait = None,
     as_json: Json = False,
     force: Force = False,
 ) -> None:
@@ -63,49 +64,45 @@ def rollout(
 
     Killed or interrupted? Run the same command again: finished shards are kept, the rest is done.
     """
-    from curate import config
     from curate.prompts import INSTRUCTION as DEFAULT_INSTRUCTION
     from curate.rollout import stage as rollout_mod
     from curate.rollout.backends import HFOptions, OpenAIOptions
     from curate.rollout.vllm_engine import VLLMOptions
 
-    try:
-        cfg = rollout_mod.RolloutConfig(
-            model=model,
-            backend=backend,
-            revision=revision,
-            n=n,
-            temperature=temperature,
-            top_p=top_p,
-            max_tokens=max_tokens,
-            seed=seed,
-            instruction=DEFAULT_INSTRUCTION if instruction is None else instruction,
-            splits=tuple(split or ("train",)),
-            limit=limit,
-            only_unsolved=only_unsolved,
-            shard_size=shard_size,
-            data_parallel_size=dp_size,
-            data_parallel_rank=dp_rank,
-            hf=HFOptions(device=device, dtype=dtype, batch_size=batch_size, threads=threads),
-            vllm=VLLMOptions(
-                tensor_parallel_size=tp,
-                gpu_memory_utilization=gpu_memory_utilization,
-                max_model_len=max_model_len,
-                dtype=dtype,
-            ),
-            openai=OpenAIOptions(
-                base_url=base_url,
-                api=api,
-                concurrency=concurrency,
-                timeout_s=timeout,
-                max_retries=max_retries,
-                tokenizer=tokenizer,
-            ),
-            verify_workers=workers,
-        )
-        result = rollout_mod.rollout(workspace(home), pool, cfg, force=force, progress=not as_json)
-    except (*USER_ERRORS, config.ConfigError, RuntimeError) as exc:
-        fail(str(exc))
+    cfg = rollout_mod.RolloutConfig(
+        model=model,
+        backend=backend,
+        revision=revision,
+        n=n,
+        temperature=temperature,
+        top_p=top_p,
+        max_tokens=max_tokens,
+        seed=seed,
+        instruction=DEFAULT_INSTRUCTION if instruction is None else instruction,
+        splits=tuple(split or ("train",)),
+        limit=limit,
+        only_unsolved=only_unsolved,
+        shard_size=shard_size,
+        data_parallel_size=dp_size,
+        data_parallel_rank=dp_rank,
+        hf=HFOptions(device=device, dtype=dtype, batch_size=batch_size, threads=threads),
+        vllm=VLLMOptions(
+            tensor_parallel_size=tp,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            dtype=dtype,
+        ),
+        openai=OpenAIOptions(
+            base_url=base_url,
+            api=api,
+            concurrency=concurrency,
+            timeout_s=timeout,
+            max_retries=max_retries,
+            tokenizer=tokenizer,
+        ),
+        verify_workers=workers,
+    )
+    result = rollout_mod.rollout(workspace(home, lock_timeout), pool, cfg, force=force, progress=not as_json)
     emit(result.to_dict(), as_json, _render_result)
 
 
@@ -118,19 +115,17 @@ def stats(
         typer.Option(help="Beta prior A B of the pass rate (default: the table's current one, else 1 1)."),
     ] = None,
     home: Home = None,
+    lock_timeout: LockWait = None,
     as_json: Json = False,
     force: Force = False,
 ) -> None:
     """Refresh the stats table from the ledger (new part files only) and summarize pass rates per model."""
     from curate.rollout import stats as stats_mod
 
-    ws = workspace(home)
-    try:
-        ws.require_pool(pool)
-        refreshed = stats_mod.refresh_stats(ws, pool, prior=prior, force=force)
-        summary = stats_mod.summarize(stats_mod.read_stats(ws, pool), model=model, bins=bins)
-    except USER_ERRORS as exc:
-        fail(str(exc))
+    ws = workspace(home, lock_timeout)
+    ws.require_pool(pool)
+    refreshed = stats_mod.refresh_stats(ws, pool, prior=prior, force=force)
+    summary = stats_mod.summarize(stats_mod.read_stats(ws, pool), model=model, bins=bins)
     payload = {"pool": pool, "refresh": refreshed, **summary}
     emit(payload, as_json, _render_stats)
 
@@ -148,26 +143,23 @@ def import_generations(
     tokenizer: Annotated[str | None, typer.Option(help="Local tokenizer to count completion tokens.")] = None,
     workers: Annotated[int | None, typer.Option(help="Answer-checking processes (default: one per core).")] = None,
     home: Home = None,
+    lock_timeout: LockWait = None,
     as_json: Json = False,
 ) -> None:
     """Re-verify a dataset's shipped generations into the ledger and report agreement with its labels."""
-    from curate import config
     from curate.rollout import imports
 
-    try:
-        cfg = imports.ImportConfig(
-            path=path,
-            format=fmt,
-            model=model,
-            limit=limit,
-            shard_rows=shard_rows,
-            tokenizer=tokenizer,
-            add_problems=add_problems,
-            verify_workers=workers,
-        )
-        payload = imports.import_generations(workspace(home), pool, cfg, progress=not as_json)
-    except (*USER_ERRORS, config.ConfigError, RuntimeError) as exc:
-        fail(str(exc))
+    cfg = imports.ImportConfig(
+        path=path,
+        format=fmt,
+        model=model,
+        limit=limit,
+        shard_rows=shard_rows,
+        tokenizer=tokenizer,
+        add_problems=add_problems,
+        verify_workers=workers,
+    )
+    payload = imports.import_generations(workspace(home, lock_timeout), pool, cfg, progress=not as_json)
     emit(payload, as_json, _render_import)
 
 

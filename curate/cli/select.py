@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from curate.cli.common import USER_ERRORS, Force, Home, Json, emit, fail, workspace
+from curate.cli.common import Force, Home, Json, LockWait, emit, render_summary, workspace
 
 
 Pool = Annotated[str, typer.Option("--pool", "-p", help="Pool to read (see `curate pools`).")]
@@ -21,16 +21,16 @@ Embed = Annotated[
 ]
 
 
-def _embed_settings(items: list[str] | None) -> dict:
+def _embed_settings(items: list[str] | None):
+    """``--embed KEY=VALUE`` options as an ``EmbedConfig`` (unknown keys fail with a suggestion)."""
     from curate import config
+    from curate.embed import EmbedConfig
 
-    return config.parse_overrides(items)
+    return config.from_mapping(EmbedConfig, config.parse_overrides(items), "--embed")
 
 
 def _render(payload: dict) -> None:
-    from curate.cli import _render_summary
-
-    _render_summary(payload["summary"])
+    render_summary(payload["summary"])
 
 
 def score(
@@ -50,27 +50,25 @@ def score(
     embed: Embed = None,
     seed: Annotated[int, typer.Option(help="Seed of the predictor split and k-means.")] = 0,
     home: Home = None,
+    lock_timeout: LockWait = None,
     as_json: Json = False,
     force: Force = False,
 ) -> None:
     """Score a pool's train problems: difficulty posterior, CoT complexity, reward adaptability, DES, clusters."""
-    from curate import config
     from curate.score import stage as score_mod
     from curate.score.evidence import EvidenceConfig
 
-    try:
-        cfg = score_mod.ScoreConfig(
-            run=run,
-            evidence=EvidenceConfig(model=model),
-            clusters=clusters,
-            pseudo_count=pseudo_count,
-            predictor=predictor,
-            use_embeddings=embeddings,
-            embed=_embed_settings(embed),
-        )
-        result = score_mod.score_pool(workspace(home), pool, cfg, seed=seed, force=force, progress=not as_json)
-    except (*USER_ERRORS, config.ConfigError) as exc:
-        fail(str(exc))
+    cfg = score_mod.ScoreConfig(
+        run=run,
+        evidence=EvidenceConfig(model=model),
+        clusters=clusters,
+        pseudo_count=pseudo_count,
+        predictor=predictor,
+        use_embeddings=embeddings,
+        embed=_embed_settings(embed),
+    )
+    ws = workspace(home, lock_timeout)
+    result = score_mod.score_pool(ws, pool, cfg, seed=seed, force=force, progress=not as_json)
     emit(result.to_dict(), as_json, _render)
 
 
@@ -104,36 +102,33 @@ def select(
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Write the PNG figures.")] = True,
     embed: Embed = None,
     home: Home = None,
+    lock_timeout: LockWait = None,
     as_json: Json = False,
     force: Force = False,
 ) -> None:
     """Select a diverse subset: filters, per-cluster quotas, DES-weighted seeded sampling; writes selections/NAME/."""
-    from curate import config
     from curate.select import stage as select_mod
 
-    try:
-        cfg = select_mod.SelectConfig(
-            name=name,
-            size=size,
-            by=by,
-            min_value=min_value,
-            max_value=max_value,
-            temperature=temperature,
-            clusters=clusters,
-            scores_file=scores_file,
-            scores_key=scores_key,
-            scores_col=scores_col,
-            max_prompt_chars=max_prompt_chars,
-            drop_solved=not keep_solved,
-            drop_zero_variance=not keep_zero_variance,
-            plots=plots,
-            embed=_embed_settings(embed),
-        )
-        result = select_mod.select_pool(
-            workspace(home), pool, cfg, name=name or pool, seed=seed, force=force, progress=not as_json
-        )
-    except (*USER_ERRORS, config.ConfigError) as exc:
-        fail(str(exc))
+    cfg = select_mod.SelectConfig(
+        name=name,
+        size=size,
+        by=by,
+        min_value=min_value,
+        max_value=max_value,
+        temperature=temperature,
+        clusters=clusters,
+        scores_file=scores_file,
+        scores_key=scores_key,
+        scores_col=scores_col,
+        max_prompt_chars=max_prompt_chars,
+        drop_solved=not keep_solved,
+        drop_zero_variance=not keep_zero_variance,
+        plots=plots,
+        embed=_embed_settings(embed),
+    )
+    result = select_mod.select_pool(
+        workspace(home, lock_timeout), pool, cfg, name=name or pool, seed=seed, force=force, progress=not as_json
+    )
     emit(result.to_dict(), as_json, _render)
 
 

@@ -23,20 +23,21 @@ import typer
 
 from curate import schema as S
 from curate.cli.common import USER_ERRORS, Json, emit, fail, out
+from curate.errors import InputError, MissingInput
 
 
 def read_pairs(path: Path) -> pl.DataFrame:
     """A JSONL (``.jsonl``/``.ndjson``), JSON array (``.json``) or Parquet file as a frame."""
     suffix = path.suffix.lower()
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist")
+        raise MissingInput(f"{path} does not exist")
     if suffix in (".jsonl", ".ndjson"):
         return pl.read_ndjson(path, infer_schema_length=None)
     if suffix == ".json":
         return pl.read_json(path, infer_schema_length=None)
     if suffix == ".parquet":
         return pl.read_parquet(path)
-    raise ValueError(f"{path}: expected .jsonl, .ndjson, .json or .parquet")
+    raise InputError(f"{path}: expected .jsonl, .ndjson, .json or .parquet")
 
 
 def _column(df: pl.DataFrame, name: str) -> pl.Expr:
@@ -45,7 +46,7 @@ def _column(df: pl.DataFrame, name: str) -> pl.Expr:
         return pl.col(name)
     head, *fields = name.split(".")
     if head not in df.columns or not fields:
-        raise KeyError(f"no column {name!r}; columns: {df.columns}")
+        raise InputError(f"no column {name!r}; columns: {df.columns}")
     expr = pl.col(head)
     for f in fields:
         expr = expr.struct.field(f)

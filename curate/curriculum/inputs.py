@@ -11,42 +11,43 @@ from pathlib import Path
 
 import polars as pl
 
-from curate import io
+from curate import io, prompts
 from curate import schema as S
-from curate.config import Recipe
+from curate.errors import ConfigError, InputError, MissingInput
 
 
 _COLUMNS = (S.PROBLEM_ID, S.PROBLEM, S.ANSWER, S.ANSWER_ALTERNATIVES, S.SOURCE, S.SPLIT)
 
 
 def selection_pool(ws: io.Workspace, selection: str) -> str | None:
-    """The pool a selection was drawn from, as its manifest records it (config, extra or summary ``pool``)."""
+    """The pool a selection was drawn from, as its manifest records it (config, summary or extra ``pool``)."""
     manifest = io.read_manifest(ws.selection_dir(selection)) or {}
     extra = manifest.get("extra", {})
-    for place in (manifest.get("config", {}), extra, extra.get("summary", {})):
+    for place in (manifest.get("config", {}), manifest.get("summary", {}), extra, extra.get("summary", {})):
         if isinstance(place, dict) and isinstance(place.get("pool"), str):
             return place["pool"]
     return None
 
 
-def resolve_source(
-    ws: io.Workspace, selection: str | None, pool: str | None, recipe: Recipe | None = None
-) -> dict[str, str | None]:
-    """Which selection and/or pool feed the plan: the given selection, else the recipe's selection if it was built
-    (when no pool is given either), else the pool (default the recipe's). A selection's pool defaults to the one its
-    manifest records."""
-    if selection is None and pool is None and recipe is not None:
-        built = (ws.selection_dir(recipe.name) / "selection.parquet").is_file()
-        selection = recipe.name if built else None
+def selection_instruction(ws: io.Workspace, selection: str) -> str:
+    """The instruction a selection's exports use (``select.instruction``, recorded in its manifest's config), so
+    curriculum shards carry the same user turn; ``prompts.INSTRUCTION`` when the manifest does not say."""
+    manifest = io.read_manifest(ws.selection_dir(selection)) or {}
+    instruction = (manifest.get("config") or {}).get("instruction")
+    return instruction if isinstance(instruction, str) else prompts.INSTRUCTION
+
+
+def resolve_source(ws: io.Workspace, selection: str | None, pool: str | None) -> dict[str, str | None]:
+    """The selection and/or pool that feed the plan, as given (a recipe's ``curriculum.load_config`` decided them
+    when the recipe loaded). A selection's pool defaults to the one its manifest records. Raises ``MissingInput``
+    when the chosen input is not there, ``ConfigError`` when neither is given."""
     if selection is not None:
         path = ws.selection_dir(selection) / "selection.parquet"
         if not path.is_file():
-            raise FileNotFoundError(f"selection {selection!r} not found at {path}; run `curate select` first")
+            raise MissingInput(f"selection {selection!r} not found at {path}; run `curate select` first")
         pool = pool or selection_pool(ws, selection)
     elif pool is None:
-        pool = recipe.pool if recipe is not None else None
-        if pool is None:
-            raise ValueError("give a selection (--selection) or a pool (--pool)")
+        raise ConfigError("give a selection (--selection) or a pool (--pool)")
     if selection is None:
         ws.require_pool(pool)
     return {"selection": selection, "pool": pool}
@@ -89,7 +90,7 @@ def load_inputs(
         runs = sorted(set(scores[S.RUN].to_list()))
         run = score_run or (runs[0] if len(runs) == 1 else None)
         if run is None:
-            raise ValueError(f"pool {pool!r} has several score runs {runs}; pick one with curriculum.score_run")
+            raise InputError(f"pool {pool!r} has several score runs {runs}; pick one with curriculum.score_run")
         scores = scores.filter(pl.col(S.RUN) == run).select(
             S.PROBLEM_ID,
             pl.col(S.PASS_RATE).alias("_p"),
@@ -148,5 +149,5 @@ def stats_posterior(stats: pl.DataFrame, model: str | None, pool: str | None = N
         )
     model = model or (models[0] if len(models) == 1 else None)
     if model not in models:
-        raise ValueError(f"pool {pool!r} has stats for models {models}; pick one (or '*' to pool them) with --model")
+        raise InputError(f"pool {pool!r} has stats for models {models}; pick one (or '*' to pool them) with --model")
     return stats.filter(pl.col(S.MODEL) == model).select(S.PROBLEM_ID, S.ALPHA, S.BETA, S.PASS_RATE_MEAN, zero)

@@ -64,6 +64,53 @@ FASTCURL_PRESETS: dict[str, tuple[StageSpec, ...]] = {
 }
 
 
+# The released FastCuRL splits of DeepScaleR-Preview (40,315 prompts): the data the preset step counts were sized
+# for. ``paper_epochs`` is what a preset stage does to its split; ``scaled_steps`` keeps that on another dataset.
+FASTCURL_SPLIT_ROWS: dict[str, int] = {"L1": 24_976, "L2": 40_315, "L3": 15_339}
+MAX_EPOCHS_PER_STAGE = 4.0  # a stage that goes over its data more often than this gets a warning
+
+
+def paper_epochs(spec: StageSpec) -> float:
+    """Passes over its split a preset stage makes on the released data: steps · prompt_batch / split rows.
+
+    >>> round(paper_epochs(FASTCURL_PRESETS["preview"][0]), 3)  # stage 1: 160 steps of 128 prompts over 24,976
+    0.82
+    """
+    return spec.steps * spec.prompt_batch / FASTCURL_SPLIT_ROWS[spec.split]
+
+
+def scaled_steps(spec: StageSpec, rows: int) -> int:
+    """The steps that give ``rows`` prompts the paper's passes per stage (at least 1 for a non-empty split).
+
+    >>> scaled_steps(FASTCURL_PRESETS["preview"][0], 1500), scaled_steps(FASTCURL_PRESETS["preview"][0], 24_976)
+    (10, 160)
+    """
+    return max(1, math.ceil(paper_epochs(spec) * rows / spec.prompt_batch - 1e-9)) if rows else 0
+
+
+def epochs(steps: int, prompt_batch: int, rows: int) -> float:
+    """Passes over ``rows`` prompts that ``steps`` steps of ``prompt_batch`` prompts make (0 without rows)."""
+    return steps * prompt_batch / rows if rows else 0.0
+
+
+def repeat_warnings(stages: Sequence[dict[str, Any]], limit: float = MAX_EPOCHS_PER_STAGE) -> list[str]:
+    """One warning per stage that repeats its prompts more than ``limit`` times (``stage``, ``rows``, ``steps``,
+    ``prompt_batch`` per stage): RL on a few prompts seen dozens of times overfits them.
+
+    >>> repeat_warnings([{"stage": "s1", "rows": 500, "steps": 160, "prompt_batch": 128}])
+    ['s1 goes over its 500 prompts 41.0 times (160 steps of 128 prompts); fewer steps or more data']
+    """
+    out = []
+    for st in stages:
+        passes = epochs(st["steps"], st["prompt_batch"], st["rows"])
+        if passes > limit:
+            out.append(
+                f"{st['stage']} goes over its {st['rows']:,} prompts {passes:.1f} times ({st['steps']} steps of "
+                f"{st['prompt_batch']} prompts); fewer steps or more data"
+            )
+    return out
+
+
 def fastcurl_stages(variant: str = "preview") -> list[StageSpec]:
     """FastCuRL's stage list for ``preview``, ``v2`` or ``v3`` (METHODS §3.2)."""
     if variant not in FASTCURL_PRESETS:

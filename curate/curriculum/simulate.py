@@ -32,6 +32,7 @@ from curate import schema as S
 from curate.config import ConfigError, from_mapping
 from curate.curriculum.inputs import stats_posterior
 from curate.curriculum.sampler import CurriculumSampler, SamplerConfig
+from curate.errors import MissingInput
 
 
 BASES = {"uniform": "uniform", "des": "scalingrl", "scalingrl": "scalingrl"}
@@ -181,14 +182,13 @@ def simulate_policy(
 def run_simulation(ws: io.Workspace, curriculum: str, cfg: SimulateConfig, *, progress: bool = False) -> dict:
     """Simulate every policy of ``cfg`` on curriculum ``curriculum``; writes ``simulation.json`` and
     ``simulation.png`` beside the plan and returns the result."""
-    from rich.progress import Progress
-
     from curate.curriculum.plots import plot_simulation
+    from curate.progress import bar
 
     folder = ws.curriculum_dir(curriculum)
     plan_path = folder / "plan.json"
     if not plan_path.is_file():
-        raise FileNotFoundError(f"curriculum {curriculum!r} not found at {plan_path}; run `curate curriculum` first")
+        raise MissingInput(f"curriculum {curriculum!r} not found at {plan_path}; run `curate curriculum` first")
     plan = json.loads(plan_path.read_text(encoding="utf-8"))
     shards = [(e, io.read_parquet(folder / e["shard"])) for e in plan["stages"]]
     if "candidates" in plan:  # scalingrl: the policy under test draws its own epochs from all candidates
@@ -210,12 +210,9 @@ def run_simulation(ws: io.Workspace, curriculum: str, cfg: SimulateConfig, *, pr
     steps = stage_steps([max(1, e["steps"]) for e, _ in shards], cfg.steps)
     base = from_mapping(SamplerConfig, {**plan["sampler"], "seed": cfg.seed}, "plan.sampler")
     results = {}
-    with Progress(disable=not progress, transient=True) as bar:
-        for name in cfg.policies:
-            task = bar.add_task(f"simulating {name}", total=sum(steps))
-            results[name] = simulate_policy(
-                shards, truth, pos, policy_config(name, base), cfg, steps, lambda t=task: bar.advance(t)
-            )
+    for name in cfg.policies:
+        with bar(sum(steps), f"simulating {name}", enabled=progress, unit="steps") as advance:
+            results[name] = simulate_policy(shards, truth, pos, policy_config(name, base), cfg, steps, advance)
     result = {
         "curriculum": curriculum,
         "plan": plan["plan"],

@@ -33,22 +33,27 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from curate import io
+from curate import io, prompts
 from curate import schema as S
 from curate.config import ConfigError, Recipe, from_mapping
-from curate.curriculum.inputs import input_paths, load_inputs, resolve_source
+from curate.curriculum.inputs import input_paths, load_inputs, resolve_source, selection_instruction
 from curate.curriculum.rules import (
     FASTCURL_PRESETS,
+    MAX_EPOCHS_PER_STAGE,
     StageSpec,
     assign_pool,
     band_name,
     fastcurl_stages,
     group_by_difficulty,
     mix_schedule,
+    paper_epochs,
+    repeat_warnings,
     rollouts_for_signal,
+    scaled_steps,
     temperature_schedule,
 )
 from curate.curriculum.sampler import SamplerConfig, scalingrl_epoch
+from curate.errors import InputError
 from curate.io import StageResult
 
 
@@ -63,9 +68,11 @@ DIFFICULTY_BAND = "difficulty_band"
 class CurriculumConfig:
     """Settings of the ``curriculum`` stage (recipe key ``curriculum:``).
 
-    name: output folder under ``curricula/`` (default: the recipe's name). selection: the input selection (default:
-    the one named like the recipe, if it exists). pool: without a selection, the input (its train split; default the
-    recipe's pool); with one, where its evidence (scores, stats) lives (default: from the selection's manifest).
+    name: output folder under ``curricula/`` (default: the recipe's name). selection: the input selection. pool:
+    without a selection, the input (its train split); with one, where its evidence (scores, stats) lives (default:
+    from the selection's manifest). In a recipe the input is decided when the recipe loads (``load_config``):
+    the section's ``selection``, else its ``pool``, else the recipe's select stage output when ``select`` is one of
+    the recipe's stages, else the recipe's pool; never by looking at which files happen to exist.
     plan: fastcurl | bands | scalingrl. preset: FastCuRL preview | v2 | v3. unit: chars | tokens (tokens needs
     ``tokenizer``, a local tokenizer folder). threshold: split length (default: the mean). include_suffix: measure
     the prompt with the instruction suffix (FastCuRL's data do). model / score_run: which stats model / scores run
@@ -73,6 +80,10 @@ class CurriculumConfig:
     settings. max_prompt_length, max_response_length, rollouts, prompt_batch, lr, temperature, steps: RL settings of
     the bands and scalingrl stages (FastCuRL stages use their preset). sampler: the online sampler's settings (its
     size / epochs / seed drive the scalingrl plan).
+    fastcurl_steps: ``scaled`` (default) gives each FastCuRL stage the passes over its split that the paper's stage
+    makes over the released 40K prompts (``rules.scaled_steps``); ``paper`` keeps the preset's step counts; a list
+    fixes one step count per stage. max_epochs_per_stage: a stage that goes over its prompts more often than this
+    gets a warning in the summary and plan.json (any plan).
     """
 
     name: str | None = None
@@ -102,6 +113,8 @@ class CurriculumConfig:
     temperature: float = 1.0
     steps: int = 200
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    fastcurl_steps: str | tuple[int, ...] = "scaled"
+    max_epochs_per_stage: float = MAX_EPOCHS_PER_STAGE
 
     def __post_init__(self) -> None:
         if self.plan not in PLANS:
@@ -116,20 +129,51 @@ class CurriculumConfig:
             raise ConfigError(f"curriculum.bins must be >= 2 increasing edges, got {self.bins}")
         if self.ladder_factor < 2 or not 1 <= self.ladder_n0 <= self.ladder_n_max:
             raise ConfigError("curriculum ladder: factor >= 2 and 1 <= ladder_n0 <= ladder_n_max")
+        if isinstance(self.fastcurl_steps, str) and self.fastcurl_steps not in ("scaled", "paper"):
+            raise ConfigError(
+                f"curriculum.fastcurl_steps {self.fastcurl_steps!r}: 'scaled', 'paper' or a list of steps per stage"
+            )
+        stages = len(FASTCURL_PRESETS[self.preset])
+        if not isinstance(self.fastcurl_steps, str) and (
+            len(self.fastcurl_steps) != stages or min(self.fastcurl_steps) < 1
+        ):
+            raise ConfigError(f"curriculum.fastcurl_steps needs {stages} step counts >= 1 (preset {self.preset})")
 
 
 def load_config(recipe: Recipe) -> CurriculumConfig:
-    return from_mapping(CurriculumConfig, recipe.stage_config("curriculum"), "curriculum")
+    """The recipe's ``curriculum`` section with its input resolved (see ``CurriculumConfig``), its name defaulting
+    to the recipe's, and the sampler's seed to the recipe's ``seed``."""
+    data = recipe.stage_config("curriculum")
+    sampler = data.get("sampler")
+    if sampler is None or isinstance(sampler, dict):
+        data["sampler"] = {"seed": recipe.seed, **(sampler or {})}
+    cfg = from_mapping(CurriculumConfig, data, "curriculum")
+    selection, pool = cfg.selection, cfg.pool
+    if selection is None and pool is None:
+        if "select" in recipe.stages:
+            from curate.select import stage as select_stage
+
+            selection = select_stage.selection_name(select_stage.load_config(recipe), recipe)
+        else:
+            pool = recipe.pool
+    return dataclasses.replace(cfg, name=cfg.name or recipe.name, selection=selection, pool=pool)
 
 
 # --------------------------------------------------------------------------------------------------- pure steps
-def prompt_length(text: str, unit: str = "chars", tokenizer: Any = None, include_suffix: bool = True) -> int:
-    """Length of the prompt the model sees: the problem plus (by default) the instruction suffix.
+def prompt_length(
+    text: str,
+    unit: str = "chars",
+    tokenizer: Any = None,
+    include_suffix: bool = True,
+    instruction: str = prompts.INSTRUCTION,
+) -> int:
+    """Length of the prompt the model sees: ``prompts.user_message`` (the problem plus the instruction) by
+    default, the bare problem with ``include_suffix=False``.
 
     >>> prompt_length("What is 2+3?")
     82
     """
-    text = text + S.INSTRUCTION_SUFFIX if include_suffix else text
+    text = prompts.user_message(text, instruction) if include_suffix else text
     if unit == "chars":
         return len(text)
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -141,18 +185,23 @@ def prompt_lengths(
     tokenizer: Any = None,
     include_suffix: bool = True,
     progress: bool = False,
+    instruction: str = prompts.INSTRUCTION,
 ) -> pl.Series:
     """``prompt_length`` over a column of problems (vectorized for chars, batched through the tokenizer for tokens)."""
-    texts = problems + S.INSTRUCTION_SUFFIX if include_suffix else problems
+    if include_suffix:
+        texts = pl.DataFrame({S.PROBLEM: problems}).select(prompts.user_message_expr(instruction))[S.PROBLEM]
+    else:
+        texts = problems
     if unit == "chars":
         return texts.str.len_chars().cast(pl.Int64).alias(PROMPT_LENGTH)
-    from rich.progress import track
+    from curate.progress import bar
 
     values = texts.to_list()
     out: list[int] = []
-    batches = range(0, len(values), 1024)
-    for i in track(batches, description="tokenizing prompts", disable=not progress):
-        out += [len(ids) for ids in tokenizer(values[i : i + 1024], add_special_tokens=False)["input_ids"]]
+    with bar(len(values), "tokenizing prompts", enabled=progress, unit="prompts") as advance:
+        for i in range(0, len(values), 1024):
+            out += [len(ids) for ids in tokenizer(values[i : i + 1024], add_special_tokens=False)["input_ids"]]
+            advance(len(values[i : i + 1024]))
     return pl.Series(PROMPT_LENGTH, out, dtype=pl.Int64)
 
 
@@ -190,14 +239,14 @@ def with_bands(df: pl.DataFrame, cfg: CurriculumConfig) -> pl.DataFrame:
     return df.with_columns(pl.Series(DIFFICULTY_BAND, bands, dtype=pl.String))
 
 
-def shard_frame(df: pl.DataFrame, stage: str) -> pl.DataFrame:
+def shard_frame(df: pl.DataFrame, stage: str, instruction: str = prompts.INSTRUCTION) -> pl.DataFrame:
     """A stage shard: schema.CURRICULA columns, then verl/TRL-ready columns, in the order of ``df``'s rows.
 
-    ``prompt`` is the conversation [{"role": "user", "content": problem + instruction}] (TRL's conversational
-    layout, verl's ``prompt``); ``reward_model`` = {ground_truth, style "rule"}; ``extra_info`` = {index,
-    problem_id, split, stage} as in a verl file.
+    ``prompt`` is ``curate.prompts.chat_prompt_expr(instruction)``: [{"role": "user", "content": problem +
+    instruction}] (TRL's conversational layout, verl's ``prompt``), the same turn the selection's exports carry;
+    ``reward_model`` = {ground_truth, style "rule"}; ``extra_info`` = {index, problem_id, split, stage} as in a
+    verl file.
     """
-    content = pl.col(S.PROBLEM) + S.INSTRUCTION_SUFFIX
     out = df.with_row_index("_i").select(
         pl.lit(stage).alias(S.CURRICULUM_STAGE),
         S.PROBLEM_ID,
@@ -206,7 +255,7 @@ def shard_frame(df: pl.DataFrame, stage: str) -> pl.DataFrame:
         S.ANSWER_ALTERNATIVES,
         pl.col(S.PASS_RATE).cast(pl.Float64),
         pl.col(S.PROMPT_CHARS).cast(pl.Int32),
-        pl.concat_list(pl.struct(pl.lit("user").alias("role"), content.alias("content"))).alias("prompt"),
+        prompts.chat_prompt_expr(instruction),
         pl.col(S.SOURCE).alias("data_source"),
         pl.lit("math").alias("ability"),
         pl.struct(pl.col(S.ANSWER).alias("ground_truth"), pl.lit("rule").alias("style")).alias("reward_model"),
@@ -244,6 +293,14 @@ def fastcurl_plan(df: pl.DataFrame, cfg: CurriculumConfig) -> tuple[list[tuple[d
     parts, cut = split_by_prompt_length(df, threshold)
     stages = []
     for i, spec in enumerate(fastcurl_stages(cfg.preset)):
+        rows = parts[spec.split].height
+        if cfg.fastcurl_steps == "scaled":
+            steps = scaled_steps(spec, rows)
+            how = f"scaled: the paper's {paper_epochs(spec):.2f} passes over the split"
+        elif cfg.fastcurl_steps == "paper":
+            steps, how = spec.steps, "the paper's (sized for the 40K-prompt DeepScaleR-Preview splits)"
+        else:
+            steps, how = int(cfg.fastcurl_steps[i]), "fixed by the recipe"
         entry = {
             "stage": spec.name,
             "split": spec.split,
@@ -251,13 +308,15 @@ def fastcurl_plan(df: pl.DataFrame, cfg: CurriculumConfig) -> tuple[list[tuple[d
             "max_response_length": spec.max_response_length,
             "n": spec.n,
             "prompt_batch": spec.prompt_batch,
-            "steps": spec.steps,
+            "steps": steps,
+            "paper_steps": spec.steps,
+            "epochs": round(steps * spec.prompt_batch / rows, 2) if rows else 0.0,
             "stop_rule": {
-                "max_steps": spec.steps,
-                "eval_every": spec.eval_every,
+                "max_steps": steps,
+                "eval_every": min(spec.eval_every, max(1, steps)),
                 "metric": "aime24_avg@8",
                 "patience_evals": 3,
-                "source": "RECONSTRUCTED (METHODS §3.7); steps are the paper's",
+                "source": f"RECONSTRUCTED (METHODS §3.7); steps {how}",
             },
             "lr": spec.lr,
             "temperature": spec.temperature,
@@ -267,8 +326,20 @@ def fastcurl_plan(df: pl.DataFrame, cfg: CurriculumConfig) -> tuple[list[tuple[d
             "sampler": cfg.sampler.to_dict(),
         }
         stages.append((entry, parts[spec.split].sort(S.PROBLEM_ID)))
-    facts = {"unit": cfg.unit, "threshold": cut, "split_counts": {k: v.height for k, v in parts.items()}}
+    facts = {
+        "unit": cfg.unit,
+        "threshold": cut,
+        "split_counts": {k: v.height for k, v in parts.items()},
+        "steps": cfg.fastcurl_steps if isinstance(cfg.fastcurl_steps, str) else list(cfg.fastcurl_steps),
+        "warnings": _repeat_warnings(stages, cfg),
+    }
     return stages, facts
+
+
+def _repeat_warnings(stages: list[tuple[dict, pl.DataFrame]], cfg: CurriculumConfig) -> list[str]:
+    """``rules.repeat_warnings`` over a plan's (entry, frame) pairs."""
+    runs = [{**entry, "rows": frame.height} for entry, frame in stages]
+    return repeat_warnings(runs, cfg.max_epochs_per_stage)
 
 
 def bands_plan(df: pl.DataFrame, cfg: CurriculumConfig) -> tuple[list[tuple[dict, pl.DataFrame]], dict]:
@@ -319,7 +390,7 @@ def bands_plan(df: pl.DataFrame, cfg: CurriculumConfig) -> tuple[list[tuple[dict
         "no_pass_rate" if p is None or math.isnan(p) else assign_pool(p, cfg.pool_lo, cfg.pool_hi)
         for p in df[S.PASS_RATE].to_list()
     )
-    return stages, {"pools": dict(pools)}
+    return stages, {"pools": dict(pools), "warnings": _repeat_warnings(stages, cfg)}
 
 
 def scalingrl_plan(df: pl.DataFrame, cfg: CurriculumConfig) -> tuple[list[tuple[dict, pl.DataFrame]], dict]:
@@ -369,22 +440,31 @@ def build(
     force: bool = False,
     progress: bool = False,
 ) -> StageResult:
-    """Write the plan, shards, figure and manifest for ``cfg`` (skipped when inputs and config are unchanged)."""
-    from curate.curriculum.plots import plot_plan
-
-    source = resolve_source(ws, cfg.selection, cfg.pool, recipe)
+    """Write the plan, shards, figure and manifest for ``cfg`` through ``io.run_wrapped`` (skipped when inputs,
+    config and code are unchanged). ``recipe`` only supplies a default name."""
+    source = resolve_source(ws, cfg.selection, cfg.pool)
     name = cfg.name or (recipe.name if recipe is not None else None)
     if not name:
-        raise ValueError("give the curriculum a name (--name)")
+        raise ConfigError("give the curriculum a name (--name)")
     out_dir = ws.curriculum_dir(name)
-    paths = input_paths(ws, source)
-    inputs = io.hash_inputs(paths + ([cfg.tokenizer] if cfg.unit == "tokens" else []))
-    config = {**dataclasses.asdict(cfg), "name": name, "source": source}
-    stored = None if force else io.up_to_date(out_dir, inputs, config)
-    if stored is not None:
-        return StageResult("curriculum", skipped=True, outputs=[str(out_dir)], summary=stored["extra"]["summary"])
+    instruction = selection_instruction(ws, source["selection"]) if source["selection"] else prompts.INSTRUCTION
+    paths = input_paths(ws, source) + ([cfg.tokenizer] if cfg.unit == "tokens" else [])
+    config = {**dataclasses.asdict(cfg), "name": name, "source": source, "instruction": instruction}
 
-    io.manifest_path(out_dir).unlink(missing_ok=True)  # a crash half-way must not leave a folder that looks done
+    def work(_manifest) -> io.StageOutput:
+        return _plan_folder(ws, cfg, source, name, instruction, progress)
+
+    with ws.lock("curriculum", name):  # one writer of the folder at a time, from the skip check to its manifest
+        return io.run_wrapped(ws, "curriculum", inputs=paths, config=config, outputs=[out_dir], fn=work, force=force)
+
+
+def _plan_folder(
+    ws: io.Workspace, cfg: CurriculumConfig, source: dict, name: str, instruction: str, progress: bool
+) -> io.StageOutput:
+    """The work of ``build``: plan over the input and write shards, plan.json and plan.png into a new folder that
+    then replaces the old one whole (``io.replace_dir``: never absent, never half old and half new)."""
+    from curate.curriculum.plots import plot_plan
+
     df = load_inputs(ws, source, score_run=cfg.score_run, model=cfg.model)
     rows_in = df.height
     drops: Counter[str] = Counter({"test_split": df.filter(pl.col(S.SPLIT) != "train").height})
@@ -395,14 +475,14 @@ def build(
 
         tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer)
     df = df.with_columns(
-        prompt_lengths(df[S.PROBLEM], "chars", include_suffix=True).cast(pl.Int32).alias(S.PROMPT_CHARS),
-        prompt_lengths(df[S.PROBLEM], cfg.unit, tokenizer, cfg.include_suffix, progress),
+        prompt_lengths(df[S.PROBLEM], "chars", instruction=instruction).cast(pl.Int32).alias(S.PROMPT_CHARS),
+        prompt_lengths(df[S.PROBLEM], cfg.unit, tokenizer, cfg.include_suffix, progress, instruction),
     )
     df = with_bands(df, cfg)
     plan_fn = {"fastcurl": fastcurl_plan, "bands": bands_plan, "scalingrl": scalingrl_plan}[cfg.plan]
     stages, facts = plan_fn(df, cfg)
     if not stages:
-        raise ValueError(
+        raise InputError(
             f"the {cfg.plan} plan has no stage: none of the {df.height} train problems has a usable pass rate "
             "(bands needs evidence: run `curate rollout`/`curate score`, or plan over a selection)"
         )
@@ -421,62 +501,63 @@ def build(
         drops.update({"not_selected": left.height})
     drops = Counter({k: v for k, v in drops.items() if v})
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    order = band_order(cfg.bins)
-    entries = []
-    for entry, frame in stages:
-        shard = shard_frame(frame, entry["stage"])
-        io.write_parquet(shard, out_dir / f"{entry['stage']}.parquet")
-        entries.append(stage_entry(entry, shard, order))
-    wanted = {e["shard"] for e in entries}
-    if cfg.plan == "scalingrl":  # the online sampler (and the simulator) draw their own epochs from all candidates
-        io.write_parquet(shard_frame(df, "candidates"), out_dir / "candidates.parquet")
-        wanted.add("candidates.parquet")
-        facts = {**facts, "candidates": {"shard": "candidates.parquet", "rows": df.height}}
-    for stale in out_dir.glob("*.parquet"):
-        if stale.name not in wanted:
-            stale.unlink()
-    summary = {
-        "name": name,
-        "plan": cfg.plan,
-        **({"preset": cfg.preset} if cfg.plan == "fastcurl" else {}),
-        "source": source,
-        "rows_in": rows_in,
-        "kept": len(kept),
-        "drops": dict(sorted(drops.items())),
-        "reconciles": rows_in == len(kept) + sum(drops.values()),
-        "stages": [
-            {k: e[k] for k in ("stage", "rows", "n", "prompt_batch", "steps", "max_response_length")} for e in entries
-        ],
-        **facts,
-    }
-    plan = {
-        **summary,
-        "instruction_suffix": S.INSTRUCTION_SUFFIX,
-        "total_steps": sum(e["steps"] for e in entries if not e.get("parallel"))
-        + max((e["steps"] for e in entries if e.get("parallel")), default=0),
-        "sampler": cfg.sampler.to_dict(),
-        "stages": entries,
-    }
-    io.write_json(out_dir / "plan.json", plan)
-    plot_plan(plan, out_dir / "plan.png", order)
-    manifest = io.Manifest(
-        stage="curriculum",
-        inputs=inputs,
-        config=config,
-        rows_in=rows_in,
-        rows_out=len(kept),
-        drops=dict(drops),
-        extra={"summary": summary},
-    )
-    io.write_manifest(out_dir, manifest)
-    outputs = [str(out_dir / "plan.json"), *(str(out_dir / e["shard"]) for e in entries), str(out_dir / "plan.png")]
-    return StageResult("curriculum", outputs=outputs, summary=summary)
+    with io.building(ws.curriculum_dir(name)) as folder:  # swapped in whole once written (never absent)
+        order = band_order(cfg.bins)
+        entries = []
+        for entry, frame in stages:
+            shard = shard_frame(frame, entry["stage"], instruction)
+            io.write_parquet(shard, folder / f"{entry['stage']}.parquet")
+            entries.append(stage_entry(entry, shard, order))
+        if cfg.plan == "scalingrl":  # the online sampler (and the simulator) draw their own epochs from all candidates
+            io.write_parquet(shard_frame(df, "candidates", instruction), folder / "candidates.parquet")
+            facts = {**facts, "candidates": {"shard": "candidates.parquet", "rows": df.height}}
+        summary = {
+            "name": name,
+            "plan": cfg.plan,
+            **({"preset": cfg.preset} if cfg.plan == "fastcurl" else {}),
+            "source": source,
+            "rows_in": rows_in,
+            "kept": len(kept),
+            "drops": dict(sorted(drops.items())),
+            "stages": [
+                {k: e[k] for k in ("stage", "rows", "n", "prompt_batch", "steps", "max_response_length")}
+                for e in entries
+            ],
+            **facts,
+        }
+        shards = [folder / e["shard"] for e in entries]
+        summary["reconciles"] = reconciles_on_disk(ws, source, shards, dict(drops))
+        plan = {
+            **summary,
+            "instruction": instruction,
+            "total_steps": sum(e["steps"] for e in entries if not e.get("parallel"))
+            + max((e["steps"] for e in entries if e.get("parallel")), default=0),
+            "sampler": cfg.sampler.to_dict(),
+            "stages": entries,
+        }
+        io.write_json(folder / "plan.json", plan)
+        plot_plan(plan, folder / "plan.png", order)
+    return io.StageOutput(summary, rows_in=rows_in, rows_out=len(kept), drops=dict(drops))
 
 
-def run_stage(ws: io.Workspace, recipe: Recipe, *, force: bool = False) -> StageResult:
-    """The recipe's curriculum: over the recipe's selection (if built) or pool, named like the recipe."""
-    return build(ws, load_config(recipe), recipe=recipe, force=force)
+def reconciles_on_disk(ws: io.Workspace, source: dict, shards: list, drops: dict[str, int]) -> bool:
+    """Read back from the files: the stage shards on disk hold only problems of the input table on disk, and the
+    input's rows = the distinct problems in the shards + the rows dropped (counted by reason)."""
+    if source["selection"]:
+        table = ws.selection_dir(source["selection"]) / "selection.parquet"
+    else:
+        table = ws.table(source["pool"], "problems")
+    ids = set(pl.read_parquet(table, columns=[S.PROBLEM_ID])[S.PROBLEM_ID].to_list())
+    rows_in = pl.scan_parquet(table).select(pl.len()).collect().item()
+    in_shards: set[str] = set()
+    for path in shards:
+        in_shards.update(pl.read_parquet(path, columns=[S.PROBLEM_ID])[S.PROBLEM_ID].to_list())
+    return in_shards <= ids and rows_in == len(in_shards) + sum(drops.values())
+
+
+def run_stage(ws: io.Workspace, recipe: Recipe, *, force: bool = False, progress: bool = False) -> StageResult:
+    """The recipe's curriculum, over the input ``load_config`` resolved when the recipe loaded."""
+    return build(ws, load_config(recipe), recipe=recipe, force=force, progress=progress)
 
 
 __all__ = [

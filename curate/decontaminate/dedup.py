@@ -204,7 +204,7 @@ def similarity_edges(
     ``vectors`` must be L2-normalized rows. Work is done in tiles of ``block_size`` rows, so memory is
     O(block_size^2 + edges); each row keeps at most ``max_neighbors`` of its strongest forward edges.
     """
-    from rich.progress import Progress
+    from curate.progress import bar
 
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     n = len(vectors)
@@ -214,8 +214,7 @@ def similarity_edges(
     members = [order[a:b] for a, b in itertools.pairwise(bounds) if b - a > 1]
     total = sum(len(m) for m in members)
     out_i, out_j, out_s = [], [], []
-    with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task(f"near-duplicate search over {n} problems", total=total)
+    with bar(total, f"near-duplicate search over {n} problems", enabled=progress, unit="rows") as advance:
         for idx in members:
             idx = np.sort(idx)
             for a in range(0, len(idx), block_size):
@@ -239,7 +238,7 @@ def similarity_edges(
                     out_i.append(q_idx[r])
                     out_j.append(idx[c])
                     out_s.append(s)
-                bar.advance(task, len(q_idx))
+                advance(len(q_idx))
     if not out_i:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
     i, j, s = np.concatenate(out_i), np.concatenate(out_j), np.concatenate(out_s).astype(np.float32)

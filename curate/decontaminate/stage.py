@@ -29,15 +29,14 @@ problems, all true leaks; at 0.80 a different functional equation with the same 
 0.9 were already found by the text tests.
 
 Then, among the train problems that are not contaminated, near-duplicate clusters are found (``curate.dedup``).
-Outputs: ``filters.parquet`` (schema.FILTERS, one row per train problem) and the stage's rows of
-``quarantine.parquet`` (reasons ``contaminated`` and ``near_duplicate``), replaced on every run. The problems
-table is not modified; later stages join filters.parquet.
+Outputs: ``filters.parquet`` (schema.FILTERS, one row per train problem) and the stage's own quarantine table
+``quarantine_decontaminate.parquet`` (reasons ``contaminated`` and ``near_duplicate``), replaced on every run. The
+problems table is not modified; later stages join filters.parquet.
 """
 
 from __future__ import annotations
 
 import re
-import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -143,7 +142,7 @@ def text_candidates(
 ) -> tuple[dict[int, int], Candidates]:
     """Exact matches ``{train row: bench row}`` and n-gram candidates: the benchmark rows whose n-gram containment
     in the train problem is >= ``ngram_threshold`` (at most ``max_candidates`` per train row)."""
-    from rich.progress import track
+    from curate.progress import bar
 
     exact: dict[tuple[str, ...], int] = {}
     index: dict[int, list[int]] = defaultdict(list)
@@ -154,19 +153,25 @@ def text_candidates(
             index[g].append(j)
     hits: dict[int, int] = {}
     found: Candidates = {}
-    for i in track(range(len(train.tokens)), description="n-gram matching", disable=not progress, transient=True):
-        j = exact.get(tuple(train.tokens[i])) if train.tokens[i] else None
-        if j is not None:
-            hits[i] = j
-            continue
-        counts: Counter = Counter()
-        for g in train.grams[i]:
-            counts.update(index.get(g, ()))
-        cands = [
-            (j, c / len(bench.grams[j])) for j, c in counts.items() if c >= cfg.ngram_threshold * len(bench.grams[j])
-        ]
-        if cands:
-            found[i] = sorted(cands, key=lambda x: (-x[1], x[0]))[: cfg.max_candidates]
+    n = len(train.tokens)
+    with bar(n, "n-gram matching", enabled=progress, unit="problems") as advance:
+        for i in range(n):
+            if i % 256 == 0:
+                advance(min(256, n - i))
+            j = exact.get(tuple(train.tokens[i])) if train.tokens[i] else None
+            if j is not None:
+                hits[i] = j
+                continue
+            counts: Counter = Counter()
+            for g in train.grams[i]:
+                counts.update(index.get(g, ()))
+            cands = [
+                (j, c / len(bench.grams[j]))
+                for j, c in counts.items()
+                if c >= cfg.ngram_threshold * len(bench.grams[j])
+            ]
+            if cands:
+                found[i] = sorted(cands, key=lambda x: (-x[1], x[0]))[: cfg.max_candidates]
     return hits, found
 
 
@@ -346,11 +351,6 @@ def quarantine_rows(train: pl.DataFrame, filters: pl.DataFrame, duplicates: pl.D
     return pl.DataFrame(rows, schema=S.QUARANTINE) if rows else S.empty(S.QUARANTINE)
 
 
-def replace_stage_rows(existing: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
-    """Quarantine with this stage's old rows replaced by ``new``; other stages' rows are kept as they are."""
-    return pl.concat([existing.filter(pl.col(S.STAGE) != STAGE), new], how="vertical")
-
-
 _INGEST_TEST = re.compile(r"test problem (.+)#\d+$")
 
 
@@ -423,7 +423,6 @@ def summarize(
         "near_duplicate_clusters": int(clusters),
         "near_duplicates_dropped": dup.height,
         "kept": kept,
-        "reconciles": kept + hit.height + dup.height == train.height,
         "examples": examples,
         "near_duplicate_examples": dup_examples,
         "sibling_examples": sibling_examples,
@@ -465,49 +464,69 @@ def run(
     return filters_table(contamination, duplicates), duplicates, ignored
 
 
+@io.pool_locked
 def decontaminate_pool(
     ws: io.Workspace, pool: str, cfg: DecontamConfig, *, force: bool = False, progress: bool = False
 ) -> StageResult:
-    """The I/O wrapper: read the pool (and benchmark pools), run, write filters + quarantine + manifest."""
-    t0 = time.perf_counter()
+    """The I/O entry point: read the pool (and benchmark pools), run, write filters + quarantine through
+    ``io.run_wrapped`` (skipped when inputs, config and code are unchanged). Holds the pool's lock; the stage's
+    quarantine rows go to its own file (``quarantine_decontaminate.parquet``), replaced whole on every run."""
     problems_path = ws.require_pool(pool)
-    filters_path, q_path = ws.table(pool, "filters"), ws.table(pool, "quarantine")
-    inputs = io.hash_inputs([problems_path, *(ws.require_pool(p) for p in cfg.benchmark_pools)])
+    filters_path, q_path = ws.table(pool, "filters"), ws.quarantine_path(pool, STAGE)
+    bench_paths = [ws.require_pool(p) for p in cfg.benchmark_pools]
     needs_vectors = cfg.use_embeddings or cfg.dedup.enabled
     conf = asdict(cfg) | ({"encoder_key": encoder_key(cfg.embed)} if needs_vectors else {})
-    stored = None if force else io.up_to_date(filters_path, inputs, conf)
-    if stored is not None:
-        return StageResult(STAGE, skipped=True, outputs=[str(filters_path), str(q_path)], summary=stored["extra"])
-    problems = io.read_parquet(problems_path, S.PROBLEMS)
-    bench = benchmark_problems(ws, problems, cfg.benchmark_pools)
-    train = problems.filter(pl.col(S.SPLIT) != "test").sort(S.PROBLEM_ID)
-    train_vecs = bench_vecs = None
-    if needs_vectors and train.height:
-        both = pl.concat([train.select(S.PROBLEM_ID, S.PROBLEM), bench.select(S.PROBLEM_ID, S.PROBLEM)])
-        vecs = embed_problems(ws, both, cfg.embed, progress)
-        train_vecs, bench_vecs = vecs[: train.height], vecs[train.height :]
-    filters, duplicates, ignored = run(train, bench, cfg, train_vecs, bench_vecs, progress)
-    quarantine = io.read_parquet(q_path, S.QUARANTINE) if q_path.is_file() else S.empty(S.QUARANTINE)
-    new_rows = quarantine_rows(train, filters, duplicates, bench)
-    summary = summarize(train, bench, filters, duplicates, ignored, exact_at_ingest(quarantine), cfg.max_examples)
-    io.write_parquet(replace_stage_rows(quarantine, new_rows), q_path, S.QUARANTINE)
-    io.write_parquet(filters, filters_path, S.FILTERS)
-    io.write_manifest(
-        filters_path,
-        io.Manifest(
-            stage=STAGE,
-            inputs=inputs,
-            config=conf,
+
+    def work(_manifest) -> io.StageOutput:
+        problems = io.read_parquet(problems_path, S.PROBLEMS)
+        bench = benchmark_problems(ws, problems, cfg.benchmark_pools)
+        train = problems.filter(pl.col(S.SPLIT) != "test").sort(S.PROBLEM_ID)
+        train_vecs = bench_vecs = None
+        if needs_vectors and train.height:
+            both = pl.concat([train.select(S.PROBLEM_ID, S.PROBLEM), bench.select(S.PROBLEM_ID, S.PROBLEM)])
+            vecs = embed_problems(ws, both, cfg.embed, progress)
+            train_vecs, bench_vecs = vecs[: train.height], vecs[train.height :]
+        filters, duplicates, ignored = run(train, bench, cfg, train_vecs, bench_vecs, progress)
+        at_ingest = exact_at_ingest(io.read_quarantine(ws, pool))
+        new_rows = quarantine_rows(train, filters, duplicates, bench)
+        summary = summarize(train, bench, filters, duplicates, ignored, at_ingest, cfg.max_examples)
+        return io.StageOutput(
+            summary,
+            tables={
+                q_path: (new_rows, S.QUARANTINE),
+                filters_path: (filters, S.FILTERS),
+            },
             rows_in=train.height,
             rows_out=summary["kept"],
             drops=dict(Counter(new_rows[S.DROP_REASON].to_list())),
-            extra=summary,
-            wall_s=round(time.perf_counter() - t0, 3),
-        ),
+            check=lambda: {"reconciles": reconciles_on_disk(problems_path, filters_path, q_path)},
+        )
+
+    return io.run_wrapped(
+        ws,
+        STAGE,
+        inputs=[problems_path, *bench_paths],
+        config=conf,
+        outputs=[filters_path, q_path],
+        fn=work,
+        force=force,
     )
-    return StageResult(STAGE, outputs=[str(filters_path), str(q_path)], summary=summary)
 
 
-def run_stage(ws: io.Workspace, recipe: Recipe, *, force: bool = False) -> StageResult:
+def reconciles_on_disk(problems_path, filters_path, q_path) -> bool:
+    """Read back from the files: every train problem of the pool has exactly one row in filters.parquet, and the
+    rows filters.parquet flags (contaminated or a near-duplicate) are exactly this stage's quarantine rows."""
+    train = pl.scan_parquet(problems_path).filter(pl.col(S.SPLIT) != "test").select(S.PROBLEM_ID).collect()
+    filters = pl.read_parquet(filters_path, columns=[S.PROBLEM_ID, S.CONTAMINATED, S.DUPLICATE_OF])
+    flagged = filters.filter(pl.col(S.CONTAMINATED) | pl.col(S.DUPLICATE_OF).is_not_null())[S.PROBLEM_ID]
+    quarantined = pl.scan_parquet(q_path).filter(pl.col(S.STAGE) == STAGE).select(S.PROBLEM_ID).collect()
+    return (
+        filters.height == train.height
+        and set(filters[S.PROBLEM_ID].to_list()) == set(train[S.PROBLEM_ID].to_list())
+        and sorted(flagged.to_list()) == sorted(quarantined[S.PROBLEM_ID].to_list())
+    )
+
+
+def run_stage(ws: io.Workspace, recipe: Recipe, *, force: bool = False, progress: bool = False) -> StageResult:
     """The recipe's ``decontaminate`` stage on ``recipe.pool``."""
-    return decontaminate_pool(ws, recipe.pool, load_config(recipe), force=force)
+    return decontaminate_pool(ws, recipe.pool, load_config(recipe), force=force, progress=progress)

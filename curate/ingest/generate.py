@@ -1,11 +1,28 @@
 r"""Built-in default data: a procedural generator of verifiable math problems.
 
-Four families, each with an exact gold answer and a step-by-step reference solution ending in ``\boxed{}``:
+Four families, each with an exact gold answer and several distinct reference solutions ending in ``\boxed{}``
+(``solutions``: different methods or orders of steps; ``solution`` is the first, unchanged since the first release):
 
 - ``arith``: arithmetic chains (``Compute 12 + 7 \times 3 - 5.``), steps and magnitudes grow with the level;
 - ``linear``: linear equations ``a x + b = c x + d`` with integer or fractional roots;
 - ``fraction``: sums and products of fractions, answer reduced (``\frac{7}{12}``);
 - ``word``: templated word problems (shops, trains, recipes) with a few sentences of context, so prompt lengths vary.
+
+The alternative solutions (issue 13: CoScale-RL's K solutions per problem, offline) are built from the same drawn
+numbers without drawing more, so problems, answers and ids are the same as before they existed:
+
+- ``arith``: step by step (``Multiply by 8: ...``); a running total in words; rewriting the expression one operation
+  at a time (``= 19 \times 3 - 5 = 57 - 5 = 52``); one paragraph of sentences (``19 times 3 is 57; then ...``);
+- ``linear``: ``x`` terms to the left; ``x`` terms to the right; everything on one side with a substitution check;
+  subtracting from both sides to keep the equation balanced;
+- ``fraction``: reduce at each step; cross-multiply each pair (``\frac{ps + rq}{qs}``) then reduce; one common
+  denominator for all terms (sums only) or one unreduced fraction carried to the end (with products); the least
+  common denominator of each pair, cancelling common factors before multiplying;
+- ``word``: counts first; one equation for the value first; dollar values instead of counts; the share of the first
+  purchase that is kept.
+
+Every pair of a problem's solutions has word 3-gram Jaccard similarity below 0.34 (measured over 23,000 problems),
+under the 0.4 at which ``curate solutions`` counts two solutions once.
 
 Difficulty is a knob: ``level`` 1-5 sets the number of steps and the size of the numbers; each problem records its
 level (also as ``difficulty``) so scoring has a dataset label to learn a difficulty prior from. Deterministic by
@@ -15,17 +32,22 @@ Used through the source URI ``gen://<family>?n=2000&seed=0&min_level=1&max_level
 four or ``mixed``), e.g. ``curate ingest "gen://mixed?n=220000&seed=0" --pool big``.
 
 >>> p = generate_problem(0, seed=0, family="arith", level=1)
->>> sorted(p) == ["answer", "family", "level", "problem", "solution"]
+>>> sorted(p) == ["answer", "family", "level", "problem", "solution", "solutions"]
+True
+>>> p["solution"] == p["solutions"][0] and len(set(p["solutions"])) == len(p["solutions"]) == 4
 True
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from collections.abc import Iterator
 from fractions import Fraction
 from urllib.parse import parse_qs, urlparse
+
+from curate.errors import InputError
 
 
 FAMILIES = ("arith", "linear", "fraction", "word")
@@ -46,12 +68,51 @@ def _fmt(q: Fraction) -> str:
     return f"{sign}\\frac{{{abs(q.numerator)}}}{{{q.denominator}}}"
 
 
-def _arith(rng: random.Random, level: int) -> tuple[str, str, str]:
+def _signed(v: Fraction | int) -> str:
+    """``+ 5`` / ``- 5``: a term after another one."""
+    return f"+ {_fmt(Fraction(v))}" if v >= 0 else f"- {_fmt(Fraction(-v))}"
+
+
+def _frac_raw(num: int, den: int) -> str:
+    """An unreduced fraction, sign on the numerator: ``\\frac{-14}{20}``."""
+    return f"\\frac{{{num}}}{{{den}}}"
+
+
+def _arith_expr(start: int, ops: list[tuple[str, int]]) -> str:
+    """The expression of a start value and left-to-right operations, as the problem writes it."""
+    expr = str(start)
+    for op, b in ops:
+        expr = f"({expr}) \\times {b}" if op == "*" else f"{expr} {op} {b}"
+    return expr
+
+
+def _arith_alternatives(start: int, ops: list[tuple[str, int]], values: list[int]) -> list[str]:
+    """A running total in words; the expression rewritten one operation at a time; one paragraph of sentences."""
+    verbs = {"+": "Adding {b} gives {v}.", "-": "Taking away {b} leaves {v}.", "*": "Multiplying by {b} gives {v}."}
+    total = ["Keep a running total, one operation at a time.", f"The total begins at {start}."]
+    total += [verbs[op].format(b=b, v=v) for (op, b), v in zip(ops, values[1:], strict=True)]
+    total.append(f"After the last operation the total is {values[-1]}, so the answer is $\\boxed{{{values[-1]}}}$.")
+    chain = ["Evaluate the first operation and rewrite the expression, until one number is left:"]
+    chain.append(f"${_arith_expr(start, ops)}$")
+    chain += [f"$= {_arith_expr(values[i], ops[i:])}$" for i in range(1, len(ops) + 1)]
+    chain.append(f"Hence $\\boxed{{{values[-1]}}}$.")
+    said = {"+": "plus", "-": "minus", "*": "times"}
+    clauses = [f"{v0} {said[op]} {b} is {v1}" for (op, b), v0, v1 in zip(ops, values[:-1], values[1:], strict=True)]
+    prose = (
+        "Reading the expression from left to right, as its parentheses require: "
+        + "; then ".join(clauses)
+        + f". The expression therefore equals $\\boxed{{{values[-1]}}}$."
+    )
+    return ["\n".join(total), "\n".join(chain), prose]
+
+
+def _arith(rng: random.Random, level: int) -> tuple[str, str, list[str]]:
     steps = 1 + level + rng.randint(0, level)
     hi = 10 ** min(1 + level // 2, 4)
     value = rng.randint(1, hi)
     expr = str(value)
     lines = [f"Start with ${value}$."]
+    start, ops, values = value, [], [value]
     for _ in range(steps):
         op = rng.choice("+-*") if level > 1 else rng.choice("+-")
         b = rng.randint(2, 12) if op == "*" else rng.randint(1, hi)
@@ -68,12 +129,14 @@ def _arith(rng: random.Random, level: int) -> tuple[str, str, str]:
             lines.append(f"Subtract ${b}$: ${value} - {b} = {new}$.")
             expr = f"{expr} - {b}"
         value = new
+        ops.append((op, b))
+        values.append(new)
     problem = f"Compute ${expr}$."
     solution = "\n".join([*lines, f"The result is $\\boxed{{{value}}}$."])
-    return problem, str(value), solution
+    return problem, str(value), [solution, *_arith_alternatives(start, ops, values)]
 
 
-def _linear(rng: random.Random, level: int) -> tuple[str, str, str]:
+def _linear(rng: random.Random, level: int) -> tuple[str, str, list[str]]:
     hi = 5 * level + 5
     a = rng.randint(2, hi)
     c = rng.randint(1, hi)
@@ -95,10 +158,118 @@ def _linear(rng: random.Random, level: int) -> tuple[str, str, str]:
             f"$\\boxed{{{_fmt(x)}}}$",
         ]
     )
-    return problem, _fmt(x), solution
+    right = "\n".join(
+        [
+            f"Move the $x$ terms to the right and the constants to the left: ${b} - ({d}) = {c}x - {a}x$.",
+            f"That is, ${b - d} = {c - a}x$.",
+            f"Dividing both sides by ${c - a}$ gives $x = {_fmt(Fraction(b - d, c - a))}$.",
+            f"Therefore $x = \\boxed{{{_fmt(x)}}}$.",
+        ]
+    )
+    side = "\n".join(
+        [
+            f"Bring every term to one side: ${a - c}x {_signed(b - d)} = 0$.",
+            f"Then ${a - c}x = {d - b}$, so $x = {_fmt(x)}$.",
+            f"Check by substituting: the left side is ${_fmt(a * x + b)}$ and the right side is "
+            f"${_fmt(c * x + d)}$, equal as they should be.",
+            f"The solution is $\\boxed{{{_fmt(x)}}}$.",
+        ]
+    )
+    balance = "\n".join(
+        [
+            f"Keep the equation balanced. Subtracting ${c}x$ from both sides leaves ${a - c}x {_signed(b)} = {d}$.",
+            f"Subtracting ${b}$ from both sides too leaves ${a - c}x = {d - b}$.",
+            f"The unknown is the quotient ${_frac_raw(d - b, a - c)}$, which simplifies to $\\boxed{{{_fmt(x)}}}$.",
+        ]
+    )
+    return problem, _fmt(x), [solution, right, side, balance]
 
 
-def _fraction(rng: random.Random, level: int) -> tuple[str, str, str]:
+def _simplify(num: int, den: int, total: Fraction) -> str:
+    """The last line of a fraction solution: divide by the gcd (or say there is nothing to divide) and box."""
+    g = math.gcd(num, den)
+    if g == 1 and den > 0:
+        return f"${_frac_raw(num, den)}$ is already in lowest terms, so the answer is $\\boxed{{{_fmt(total)}}}$."
+    return f"Divide top and bottom of ${_frac_raw(num, den)}$ by ${g}$: $\\boxed{{{_fmt(total)}}}$."
+
+
+def _fraction_alternatives(fracs: list[Fraction], ops: list[str], total: Fraction) -> list[str]:
+    """Cross-multiplying each pair; then a common denominator (sums) or one unreduced fraction (with products)."""
+    sym = {"+": "+", "-": "-", "*": "\\cdot"}
+    cross = ["Combine two fractions at a time (cross-multiplying for sums and differences), then reduce."]
+    before = fracs[0]
+    for op, f in zip(ops, fracs[1:], strict=True):
+        p, q, r, s_ = before.numerator, before.denominator, f.numerator, f.denominator
+        if op == "*":
+            num, den = p * r, q * s_
+        else:
+            num, den = (p * s_ + r * q, q * s_) if op == "+" else (p * s_ - r * q, q * s_)
+        how = f"\\frac{{{p} \\cdot {s_} {op} {r} \\cdot {q}}}{{{q} \\cdot {s_}}}"
+        before = Fraction(num, den)
+        reduced = "" if _frac_raw(num, den) == _fmt(before) else f", which reduces to ${_fmt(before)}$"
+        if op == "*":  # a product: numerators times numerators over denominators times denominators
+            cross.append(
+                f"For ${_frac_raw(p, q)}$ times ${_frac_raw(r, s_)}$, the numerators give ${p} \\cdot {r} = {num}$ "
+                f"and the denominators ${q} \\cdot {s_} = {den}$: ${_frac_raw(num, den)}${reduced}."
+            )
+        else:
+            cross.append(f"${_frac_raw(p, q)} {sym[op]} {_frac_raw(r, s_)} = {how} = {_frac_raw(num, den)}${reduced}.")
+    cross.append(f"The answer is $\\boxed{{{_fmt(total)}}}$.")
+    if "*" not in ops:
+        lcd = 1
+        for f in fracs:
+            lcd = lcd * f.denominator // math.gcd(lcd, f.denominator)
+        nums = [f.numerator * (lcd // f.denominator) for f in fracs]
+        combined = " ".join([str(nums[0]), *(f"{op} {n}" for op, n in zip(ops, nums[1:], strict=True))])
+        num = sum(n if op == "+" else -n for op, n in zip(["+", *ops], nums, strict=True))
+        third = [
+            f"Use the common denominator ${lcd}$ for every term.",
+            f"Over ${lcd}$ the terms are " + ", ".join(f"${_frac_raw(n, lcd)}$" for n in nums) + ".",
+            f"Add and subtract the numerators: ${combined} = {num}$, giving ${_frac_raw(num, lcd)}$.",
+            _simplify(num, lcd, total),
+        ]
+    else:
+        num, den = fracs[0].numerator, fracs[0].denominator
+        third = [
+            "Carry one unreduced fraction through every operation and simplify only at the end.",
+            f"Start from ${_frac_raw(num, den)}$.",
+        ]
+        for op, f in zip(ops, fracs[1:], strict=True):
+            r, s_ = f.numerator, f.denominator
+            if op == "*":
+                new = (num * r, den * s_)
+            else:
+                new = (num * s_ + r * den if op == "+" else num * s_ - r * den, den * s_)
+            third.append(f"After ${sym[op]} {_fmt(f)}$ the fraction is ${_frac_raw(*new)}$.")
+            num, den = new
+        third.append(_simplify(num, den, total))
+    pairwise = ["Use the least common denominator of each pair, and cancel common factors before multiplying."]
+    before = fracs[0]
+    for op, f in zip(ops, fracs[1:], strict=True):
+        p, q, r, s_ = before.numerator, before.denominator, f.numerator, f.denominator
+        result = before * f if op == "*" else before + f if op == "+" else before - f
+        if op == "*":
+            g1, g2 = math.gcd(p, s_), math.gcd(r, q)
+            raw = _frac_raw(p // g1 * (r // g2), q // g2 * (s_ // g1))
+            cancel = f"Cancelling ${g1}$ and ${g2}$ first" if g1 * g2 > 1 else "Nothing cancels"
+            tail = "" if raw == _fmt(result) else f", that is ${_fmt(result)}$"
+            pairwise.append(f"{cancel}: ${_fmt(before)}$ times ${_fmt(f)}$ is ${raw}${tail}.")
+        else:
+            lcd = q * s_ // math.gcd(q, s_)
+            a_, b_ = p * (lcd // q), r * (lcd // s_)
+            word = "add" if op == "+" else "subtract"
+            raw = _frac_raw(a_ + b_ if op == "+" else a_ - b_, lcd)
+            tail = "" if raw == _fmt(result) else f", that is ${_fmt(result)}$"
+            pairwise.append(
+                f"Over the least common denominator ${lcd}$: ${_frac_raw(a_, lcd)}$ and ${_frac_raw(b_, lcd)}$; "
+                f"{word} the numerators to get ${raw}${tail}."
+            )
+        before = result
+    pairwise.append(f"So the value is $\\boxed{{{_fmt(total)}}}$.")
+    return ["\n".join(cross), "\n".join(third), "\n".join(pairwise)]
+
+
+def _fraction(rng: random.Random, level: int) -> tuple[str, str, list[str]]:
     terms = 2 + level // 2
     hi = 3 + 2 * level
     fracs = [Fraction(rng.randint(1, hi), rng.randint(2, hi + 2)) for _ in range(terms)]
@@ -114,10 +285,71 @@ def _fraction(rng: random.Random, level: int) -> tuple[str, str, str]:
         lines.append(f"${_fmt(before)} {sym} {_fmt(f)} = {_fmt(total)}$.")
     problem = f"Compute ${expr}$ and express the answer as a fraction in lowest terms."
     solution = "\n".join(["Work left to right, reducing each step.", *lines, f"$\\boxed{{{_fmt(total)}}}$"])
-    return problem, _fmt(total), solution
+    return problem, _fmt(total), [solution, *_fraction_alternatives(fracs, ops, total)]
 
 
-def _word(rng: random.Random, level: int) -> tuple[str, str, str]:
+def _word_alternatives(
+    name: str, other: str, plural: str, count: int, given: int, price: int, extra: int | None, pct: int | None
+) -> list[str]:
+    """One equation for the value first; dollar values instead of counts; the share of the purchase kept."""
+    terms = [f"({count} - {given})"]
+    factors = [Fraction(count - given)]
+    if extra is not None:
+        terms.append(f"(1 + {extra})")
+        factors.append(Fraction(1 + extra))
+    if pct is not None:
+        terms.append(f"\\left(1 - \\frac{{{pct}}}{{100}}\\right)")
+        factors.append(Fraction(100 - pct, 100))
+    value = Fraction(price)
+    for f in factors:
+        value *= f
+    times = " \\times "
+    equation = [
+        f"Write one equation for the value $V$, in dollars, of the {plural} {name} keeps, then evaluate it.",
+        f"$V = {times.join(terms)} \\times {price}$",
+        f"$V = {times.join(_fmt(f) for f in factors)} \\times {price} = {_fmt(value)}$",
+        f"So $V = \\boxed{{{_fmt(value)}}}$.",
+    ]
+    paid, gift = count * price, given * price
+    v = Fraction(paid - gift)
+    dollars = [
+        "Track dollar values instead of counts.",
+        f"{name} pays ${count} \\times {price} = {paid}$ dollars.",
+        f"The {given} {plural} given to {other} are worth ${given} \\times {price} = {gift}$ dollars, leaving "
+        f"${paid} - {gift} = {_fmt(v)}$ dollars of {plural}.",
+    ]
+    if extra is not None:
+        dollars.append(
+            f"Buying {extra} times as many at the same price adds ${extra} \\times {_fmt(v)} = "
+            f"{_fmt(extra * v)}$ dollars, for ${_fmt(v * (1 + extra))}$ dollars."
+        )
+        v = v * (1 + extra)
+    if pct is not None:
+        dollars.append(
+            f"Selling {pct}\\% at cost keeps ${100 - pct}\\%$ of the value: "
+            f"${_fmt(v)} \\times {_fmt(Fraction(100 - pct, 100))} = {_fmt(v * Fraction(100 - pct, 100))}$."
+        )
+        v = v * Fraction(100 - pct, 100)
+    dollars.append(f"The {plural} {name} keeps are worth $\\boxed{{{_fmt(v)}}}$ dollars.")
+    share = Fraction(count - given, count)
+    part = [
+        f"Think of the share of the first purchase that stays with {name}.",
+        f"Of the {count} {plural}, {count - given} stay, a share of ${_fmt(share)}$ of the "
+        f"${count * price}$ dollars spent, worth ${_fmt(share * count * price)}$ dollars.",
+    ]
+    worth = share * count * price
+    if extra is not None:
+        part.append(f"The extra purchase multiplies that by ${1 + extra}$: ${_fmt(worth * (1 + extra))}$ dollars.")
+        worth *= 1 + extra
+    if pct is not None:
+        keep = Fraction(100 - pct, 100)
+        part.append(f"Selling {pct}\\% leaves a share ${_fmt(keep)}$ of it: ${_fmt(worth * keep)}$ dollars.")
+        worth *= keep
+    part.append(f"Answer: $\\boxed{{{_fmt(worth)}}}$.")
+    return ["\n".join(equation), "\n".join(dollars), "\n".join(part)]
+
+
+def _word(rng: random.Random, level: int) -> tuple[str, str, list[str]]:
     name, other = rng.sample(_NAMES, 2)
     plural, single = rng.choice(_ITEMS)
     price = rng.randint(2, 5 + 5 * level)
@@ -132,15 +364,16 @@ def _word(rng: random.Random, level: int) -> tuple[str, str, str]:
     sol.append(f"{name} keeps ${count} - {given} = {kept}$ {plural}.")
     answer = kept * price
     question = f"What is the value, in dollars, of the {plural} {name} keeps?"
+    extra_k = pct_k = None
     if level >= 3:
-        extra = rng.randint(2, 4)
+        extra = extra_k = rng.randint(2, 4)
         lines.append(f"Then {name} buys {extra} times as many {plural} as {name} kept, at the same price.")
         kept = kept + extra * kept
         sol.append(f"After buying {extra} times as many, {name} has ${kept}$ {plural}.")
         answer = kept * price
     whole = [p for p in (10, 20, 25, 50) if kept * p % 100 == 0]  # sell whole items only
     if level >= 4 and whole:
-        pct = rng.choice(whole)
+        pct = pct_k = rng.choice(whole)
         lines.append(f"Finally {name} sells {pct}\\% of them to {other} at cost.")
         sold = Fraction(kept * pct, 100)
         kept_f = kept - sold
@@ -152,7 +385,8 @@ def _word(rng: random.Random, level: int) -> tuple[str, str, str]:
         f"Their value is ${_fmt(Fraction(answer))}$ dollars, so the answer is $\\boxed{{{_fmt(Fraction(answer))}}}$."
     )
     problem = " ".join([*lines, question])
-    return problem, _fmt(Fraction(answer)), "\n".join(sol)
+    alternatives = _word_alternatives(name, other, plural, count, given, price, extra_k, pct_k)
+    return problem, _fmt(Fraction(answer)), ["\n".join(sol), *alternatives]
 
 
 _BUILDERS = {"arith": _arith, "linear": _linear, "fraction": _fraction, "word": _word}
@@ -167,14 +401,24 @@ def generate_problem(
     min_level: int = 1,
     max_level: int = 5,
 ) -> dict:
-    """Problem ``index`` of the stream ``(seed, family)``: problem, answer, solution, level, family."""
+    """Problem ``index`` of the stream ``(seed, family)``: problem, answer, solution(s), level, family.
+
+    ``solutions`` holds every reference solution (distinct methods); ``solution`` is the first of them.
+    """
     rng = _rng(seed, index, family)
     fam = rng.choice(FAMILIES) if family == "mixed" else family
     if fam not in _BUILDERS:
-        raise ValueError(f"unknown generator family {family!r}; choose from {[*FAMILIES, 'mixed']}")
+        raise InputError(f"unknown generator family {family!r}; choose from {[*FAMILIES, 'mixed']}")
     lvl = level if level is not None else rng.randint(min_level, max_level)
-    problem, answer, solution = _BUILDERS[fam](rng, lvl)
-    return {"problem": problem, "answer": answer, "solution": solution, "level": lvl, "family": fam}
+    problem, answer, solutions = _BUILDERS[fam](rng, lvl)
+    return {
+        "problem": problem,
+        "answer": answer,
+        "solution": solutions[0],
+        "solutions": solutions,
+        "level": lvl,
+        "family": fam,
+    }
 
 
 def generate(
@@ -182,7 +426,7 @@ def generate(
 ) -> Iterator[dict]:
     """``n`` problems of the stream ``(seed, family)``, in index order."""
     if not 1 <= min_level <= max_level <= 5:
-        raise ValueError(f"levels must satisfy 1 <= min_level <= max_level <= 5, got {min_level}..{max_level}")
+        raise InputError(f"levels must satisfy 1 <= min_level <= max_level <= 5, got {min_level}..{max_level}")
     for i in range(n):
         yield generate_problem(i, seed=seed, family=family, min_level=min_level, max_level=max_level)
 
@@ -191,17 +435,17 @@ def parse_uri(uri: str) -> dict:
     """``gen://mixed?n=2000&seed=0&min_level=1&max_level=5`` -> keyword arguments of ``generate``."""
     parsed = urlparse(uri)
     if parsed.scheme != "gen":
-        raise ValueError(f"not a generator URI: {uri!r}")
+        raise InputError(f"not a generator URI: {uri!r}")
     family = parsed.netloc or "mixed"
     query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
     allowed = {"n", "seed", "min_level", "max_level"}
     unknown = set(query) - allowed
     if unknown:
-        raise ValueError(f"unknown generator option(s) {sorted(unknown)} in {uri!r}; allowed: {sorted(allowed)}")
+        raise InputError(f"unknown generator option(s) {sorted(unknown)} in {uri!r}; allowed: {sorted(allowed)}")
     try:
         out = {k: int(v) for k, v in query.items()}
     except ValueError as exc:
-        raise ValueError(f"generator options must be integers in {uri!r}") from exc
+        raise InputError(f"generator options must be integers in {uri!r}") from exc
     out.setdefault("n", 1000)
     out.setdefault("seed", 0)
     return {"family": family, **out}

@@ -21,12 +21,13 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import polars as pl
 
 from curate import schema as S
 from curate.config import SourceSpec
+from curate.errors import InputError, MissingInput
 
 
 FORMATS: dict[str, str] = {
@@ -67,6 +68,8 @@ def source_name(path: str) -> str:
     if path.startswith("gen://"):
         return "gen/" + re.sub(r"[^A-Za-z0-9=_.-]+", "_", path[len("gen://") :])
     p = Path(path)
+    if compression(p):  # train.jsonl.gz -> train
+        p = p.with_name(p.name[: -len(p.suffix)])
     parts = [p.stem if p.is_file() or p.suffix else p.name]
     parent = p.parent
     while parent.name in _GENERIC_DIRS:
@@ -102,11 +105,63 @@ def _bad(i: int, reason: str, detail: str, raw: Any = None) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------------- readers
+# Compressed text inputs (``train.jsonl.gz``, ``test.csv.bz2``, ``data.json.zst``) are read as they are: gzip, bz2
+# and xz through the standard library, zstd through pyarrow's codec. A UTF-8 byte-order mark (Excel, Windows
+# editors) is dropped before the first record or the CSV header.
+COMPRESSIONS = {".gz": "gzip", ".gzip": "gzip", ".bz2": "bz2", ".xz": "xz", ".zst": "zstd", ".zstd": "zstd"}
+BOM = b"\xef\xbb\xbf"
+
+
+def compression(path: Path) -> str | None:
+    """The compression of a file from its last suffix (``gzip``, ``bz2``, ``xz``, ``zstd``), or None."""
+    return COMPRESSIONS.get(path.suffix.lower())
+
+
+def data_suffix(path: Path) -> str:
+    """The suffix that names the data format, under any compression suffix: ``a.jsonl.gz`` -> ``.jsonl``."""
+    return (path.with_name(path.name[: -len(path.suffix)]) if compression(path) else path).suffix.lower()
+
+
+def open_binary(path: Path) -> BinaryIO:
+    """A binary file object over the (decompressed) bytes of ``path``."""
+    kind = compression(path)
+    if kind == "gzip":
+        import gzip
+
+        return gzip.open(path, "rb")
+    if kind == "bz2":
+        import bz2
+
+        return bz2.open(path, "rb")
+    if kind == "xz":
+        import lzma
+
+        return lzma.open(path, "rb")
+    if kind == "zstd":
+        import pyarrow as pa
+
+        with pa.input_stream(str(path), compression="zstd") as stream:
+            return _io.BytesIO(stream.read())
+    return open(path, "rb")
+
+
+def read_text(path: Path) -> str:
+    """The whole (decompressed) file as UTF-8 text without a byte-order mark; a clear error when not UTF-8."""
+    with open_binary(path) as fh:
+        data = fh.read()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+
+
 def read_jsonl_records(path: Path) -> Iterator[tuple[int, dict | None, str | None, str | None]]:
     """Yield ``(row, record, error_reason, detail)`` per non-blank line; bad bytes and bad JSON are reported."""
-    with open(path, "rb") as fh:
+    with open_binary(path) as fh:
         i = -1
-        for raw in fh:
+        for n, raw in enumerate(fh):
+            if n == 0 and raw.startswith(BOM):
+                raw = raw[len(BOM) :]
             if not raw.strip():
                 continue
             i += 1
@@ -127,14 +182,11 @@ def read_jsonl_records(path: Path) -> Iterator[tuple[int, dict | None, str | Non
 
 
 def _read_json_array(path: Path) -> list[Any]:
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start}); a JSON file must be UTF-8") from None
+    text = read_text(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        raise InputError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     if isinstance(data, dict):
         # {"data": [...]} or a dict of columns
         for key in ("data", "rows", "examples", "train", "test"):
@@ -143,15 +195,15 @@ def _read_json_array(path: Path) -> list[Any]:
         if data and all(isinstance(v, list) for v in data.values()):
             n = len(next(iter(data.values())))
             return [{k: v[i] if i < len(v) else None for k, v in data.items()} for i in range(n)]
-        raise ValueError(f"{path}: JSON object without a list of records")
+        raise InputError(f"{path}: JSON object without a list of records")
     if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a JSON array of records, got {type(data).__name__}")
+        raise InputError(f"{path}: expected a JSON array of records, got {type(data).__name__}")
     return data
 
 
 def _records(path: Path) -> Iterator[tuple[int, dict | None, str | None, str | None]]:
     """Records of any supported container, as ``(row, record, error, detail)``."""
-    suffix = path.suffix.lower()
+    suffix = data_suffix(path)
     if path.is_dir():
         for i, rec in enumerate(_read_disk_dataset(path)):
             yield i, rec, None, None
@@ -167,10 +219,7 @@ def _records(path: Path) -> Iterator[tuple[int, dict | None, str | None, str | N
         for i, rec in enumerate(pl.read_parquet(path).iter_rows(named=True)):
             yield i, rec, None, None
     elif suffix in (".csv", ".tsv"):
-        try:
-            text = path.read_bytes().decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+        text = read_text(path)
         reader = csv.DictReader(_io.StringIO(text), delimiter="\t" if suffix == ".tsv" else ",")
         for i, rec in enumerate(reader):
             if None in rec:  # more cells than header fields
@@ -178,8 +227,9 @@ def _records(path: Path) -> Iterator[tuple[int, dict | None, str | None, str | N
             else:
                 yield i, rec, None, None
     else:
-        raise ValueError(
-            f"{path}: unsupported file type {suffix!r}; use JSONL, JSON, Parquet, CSV or a dataset folder"
+        raise InputError(
+            f"{path}: unsupported file type {suffix!r}; use JSONL, JSON, Parquet, CSV or a dataset folder "
+            f"(JSONL/JSON/CSV may be compressed: {', '.join(sorted(COMPRESSIONS))})"
         )
 
 
@@ -205,7 +255,7 @@ def _peek(path: Path) -> dict | None:
         ds = load_from_disk(str(path))
         first = ds[next(iter(ds))] if hasattr(ds, "keys") else ds
         return first[0] if len(first) else None
-    if path.suffix.lower() == ".parquet":
+    if data_suffix(path) == ".parquet":
         rows = pl.read_parquet(path, n_rows=1).to_dicts()
         return rows[0] if rows else None
     for _, rec, err, _ in _records(path):
@@ -218,14 +268,14 @@ def detect_format(path: Path) -> str:
     """The adapter for a file or folder, from its shape; raises when the shape does not say."""
     if path.is_dir():
         if not (path / "dataset_info.json").exists() and not (path / "dataset_dict.json").exists():
-            raise ValueError(f"{path}: a folder must be a datasets save_to_disk folder (dataset_info.json missing)")
+            raise InputError(f"{path}: a folder must be a datasets save_to_disk folder (dataset_info.json missing)")
         rec = _peek(path) or {}
         return "limr-disk" if {"context", "context_messages", "answer"} <= set(rec) else "generic"
     if path.stat().st_size == 0:
-        raise ValueError(f"{path}: the file is empty (0 bytes)")
+        raise InputError(f"{path}: the file is empty (0 bytes)")
     rec = _peek(path)
     if rec is None:
-        raise ValueError(f"{path}: no readable record; pass --format to choose an adapter")
+        raise InputError(f"{path}: no readable record; pass --format to choose an adapter")
     keys = set(rec)
     if {"prompt", "reward_model"} <= keys:
         return "fastcurl"
@@ -239,9 +289,9 @@ def detect_format(path: Path) -> str:
         return "math500"
     if keys == {"question", "answer"}:
         return "gsm8k"
-    if {"id", "prompt", "answer"} <= keys and path.suffix == ".json":
+    if {"id", "prompt", "answer"} <= keys and data_suffix(path) == ".json":
         return "limr"
-    if "problem" in keys and "answer" in keys and path.suffix == ".json":
+    if "problem" in keys and "answer" in keys and data_suffix(path) == ".json":
         return "deepscaler"
     return "generic"
 
@@ -443,12 +493,12 @@ def read_source(spec: SourceSpec) -> RawSource:
         return _read_hub(spec, name)
     path = Path(path_str).expanduser()
     if not path.exists():
-        raise FileNotFoundError(f"source {path_str} not found")
+        raise MissingInput(f"source {path_str} not found")
     fmt = spec.format or ("generic" if spec.fields else detect_format(path))
     if fmt not in FORMATS or fmt in ("hf", "generator"):
-        raise ValueError(f"unknown format {fmt!r} for a file; formats: {sorted(set(FORMATS) - {'hf', 'generator'})}")
+        raise InputError(f"unknown format {fmt!r} for a file; formats: {sorted(set(FORMATS) - {'hf', 'generator'})}")
     if not path.is_dir() and path.stat().st_size == 0:
-        raise ValueError(f"{path}: the file is empty (0 bytes)")
+        raise InputError(f"{path}: the file is empty (0 bytes)")
     rows = []
     for i, rec, err, detail in _records(path):
         if err is not None:
@@ -460,7 +510,7 @@ def read_source(spec: SourceSpec) -> RawSource:
             row = _bad(i, "malformed", f"{type(exc).__name__}: {exc}")
         rows.append(row)
     if not rows:
-        raise ValueError(f"{path}: no records")
+        raise InputError(f"{path}: no records")
     split = default_split(name)
     for row in rows:
         row["split"] = row["split"] or split
@@ -490,7 +540,7 @@ def _read_generator(spec: SourceSpec, name: str) -> RawSource:
             level=p["level"],
             difficulty=float(p["level"]),
             subject=p["family"],
-            meta={"family": p["family"]},
+            meta={"family": p["family"], "solutions": p["solutions"]},  # every reference solution (issue 13)
         )
         for i, p in enumerate(generate.generate(**opts))
     ]
@@ -511,7 +561,7 @@ def _read_hub(spec: SourceSpec, name: str) -> RawSource:
 
         ds = load_dataset(ref, config, split=split)
     except Exception as exc:  # datasets raises many types for "no network"; give one clear message
-        raise ValueError(
+        raise InputError(
             f"could not load {spec.path} from the Hugging Face hub ({type(exc).__name__}: {str(exc)[:200]}). "
             "Without internet, download it elsewhere and pass the local file or save_to_disk folder instead."
         ) from None

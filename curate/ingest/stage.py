@@ -5,7 +5,10 @@ Pipeline position: the first stage. Pure steps, then one I/O wrapper (``ingest``
 1. ``raw_frame``: an adapter's rows (``curate.sources``) with gold answers normalized (``curate.answers``).
    Each source's raw frame is kept under ``pools/<pool>/raw/`` so adding a source later reads only that source.
 2. ``clean``: every row gets a ``problem_id`` or a drop reason: ``undecodable``, ``malformed``, ``empty_problem``,
-   ``missing_answer`` (missing, null or empty after normalization), ``too_long``.
+   ``missing_answer`` (missing, null or empty after normalization), ``unparseable_answer`` (an unclosed ``\boxed{``
+   or unbalanced braces: no completion could ever match it), ``too_long``. Gold answers the checker cannot verify
+   (prose, several values in a sentence) are admitted but flagged ``unverifiable_answer`` in ``meta`` and counted
+   in the summary's ``flags``; selection leaves them out of RL sets by default.
 3. ``merge``: rows with the same ``problem_id`` are one problem that remembers all its sources. A train row that
    exactly matches a test (evaluation) row is quarantined as ``contaminated``. Rows whose gold answers differ after
    normalization are checked with math-verify (``curate.verify.equivalent_batch``); if any pair is not equivalent
@@ -19,23 +22,27 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import json
+import secrets
+import time
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from curate import schema as S
-from curate.config import IngestConfig, Recipe
+from curate.config import ConfigError, IngestConfig, Recipe
 from curate.io import (
-    Manifest,
+    StageOutput,
     StageResult,
     Workspace,
-    hash_inputs,
+    pool_locked,
     read_parquet,
-    up_to_date,
+    read_quarantine,
+    run_wrapped,
     write_json,
-    write_manifest,
 )
 from curate.io import write_parquet as _write
 from curate.verify import answers as A
@@ -100,6 +107,8 @@ def clean(raw: pl.DataFrame, cfg: IngestConfig) -> pl.DataFrame:
         elif not alts:
             reason = "missing_answer"
             detail = "answer is missing" if answer_raw is None else f"answer empty after normalization: {answer_raw!r}"
+        elif (why := A.unbalanced_reason(answer_raw, alts)) is not None:  # "\boxed{6", a lone "}": no gold at all
+            reason, detail = "unparseable_answer", f"{why}: {answer_raw!r}"[:500]
         elif len(problem) > cfg.max_problem_chars:
             reason, detail = (
                 "too_long",
@@ -187,7 +196,7 @@ def merge(rows: pl.DataFrame, cfg: IngestConfig, equivalent=None) -> tuple[pl.Da
                 S.SOURCE: rep[S.SOURCE],
                 S.SOURCE_ROW: rep[S.SOURCE_ROW],
                 S.SOURCES: [ref(i) for i in members],
-                S.META: rep[S.META],
+                S.META: flag_answer(rep[S.META], alts),
             }
         )
         outcome[members[0]] = "admitted"
@@ -212,6 +221,30 @@ def merge(rows: pl.DataFrame, cfg: IngestConfig, equivalent=None) -> tuple[pl.Da
     ]
     quarantine = pl.DataFrame(q, schema=S.QUARANTINE) if q else S.empty(S.QUARANTINE)
     return problems_df, quarantine, [o or "admitted" for o in outcome]
+
+
+ANSWER_FLAG = "answer_flag"  # key in a problem's ``meta`` JSON
+UNVERIFIABLE = "unverifiable_answer"
+
+
+def flag_answer(meta: str | None, alternatives: list[str]) -> str | None:
+    """``meta`` with ``answer_flag: unverifiable_answer`` (and why) when the checker cannot verify any gold form.
+
+    Such problems stay in the pool (a reference solution or SFT can still use them) but their RL reward would be
+    wrong: selection leaves them out by default (``select.drop_unverifiable``) and counts them in the card.
+    """
+    why = A.unverifiable_alternatives(alternatives)
+    if why is None:
+        return meta
+    data = json.loads(meta) if meta else {}
+    flagged = {**data, ANSWER_FLAG: UNVERIFIABLE, "answer_flag_detail": why}
+    return json.dumps(flagged, ensure_ascii=False, sort_keys=True)
+
+
+def answer_flags(problems: pl.DataFrame) -> dict[str, Any]:
+    """The ingest summary's count of flagged gold answers, with a few examples (``flag_answer``)."""
+    flagged = problems.filter(pl.col(S.META).str.contains(f'"{ANSWER_FLAG}": "{UNVERIFIABLE}"', literal=True))
+    return {UNVERIFIABLE: flagged.height, "examples": flagged[S.ANSWER].head(5).to_list()} if flagged.height else {}
 
 
 def _default_equivalent(cfg: IngestConfig):
@@ -251,28 +284,41 @@ def _state(ws: Workspace, pool: str) -> list[dict[str, Any]]:
     return json.loads(path.read_text()) if path.is_file() else []
 
 
+@pool_locked
 def ingest(ws: Workspace, pool: str, cfg: IngestConfig, *, force: bool = False, progress: bool = False) -> StageResult:
-    """Add ``cfg.sources`` to ``pool`` (reading only new or changed sources) and rebuild problems + quarantine."""
+    """Add ``cfg.sources`` to ``pool`` (reading only new or changed sources) and rebuild problems + quarantine.
+
+    Safe beside other writers, all or nothing: it holds the pool's lock for the whole read-modify-write (a second
+    ingest into the pool waits, then adds its source to this one's). Every new source is read before anything is
+    written; their raw tables go to new names that ``sources.json`` does not list yet; ``sources.json``, the
+    pool's record of what it holds, is replaced last, after problems and quarantine. A failure (or a kill) before
+    that leaves the pool as it was, and the next ingest removes the unlisted raw tables.
+    """
     from curate.ingest import sources as src_mod
 
-    if not cfg.sources and not _state(ws, pool):
-        raise ValueError("no sources given; pass files, folders, hf:// names or gen:// URIs")
+    t0 = time.perf_counter()  # the whole call, reading the sources included (`curate ingest --json` reports it)
     state = _state(ws, pool)
+    if not cfg.sources and not state:
+        raise ConfigError("no sources given; pass files, folders, hf:// names or gen:// URIs")
+    _remove_unlisted_raw(ws, pool, state)
+    listed = {s["raw"] for s in state}
+    state = list(state)
     by_name = {s["name"]: s for s in state}
     raw_dir = ws.raw_dir(pool)
     new_sources: list[str] = []
+    staged: list[tuple[pl.DataFrame, Path]] = []
     for spec in cfg.sources:
         name = spec.name or src_mod.source_name(spec.path)
         digest = src_mod.content_hash(spec)
         key = {"format": spec.format, "fields": spec.fields, "split": spec.split}
         old = by_name.get(name)
-        raw_path = raw_dir / f"{S.slug(name)}.parquet"
-        if old and old["hash"] == digest and old["options"] == key and raw_path.is_file() and not force:
+        if old and old["hash"] == digest and old["options"] == key and (raw_dir / old["raw"]).is_file() and not force:
             continue
         _log(progress, f"reading {name} ...")
         raw = src_mod.read_source(dataclasses.replace(spec, name=name))
         frame = raw_frame(name, raw.rows, spec.split)
-        _write(frame, raw_path, RAW)
+        raw_path = raw_dir / _raw_name(name, digest, key, taken=listed)
+        staged.append((frame, raw_path))
         entry = {
             "name": name,
             "path": raw.path,
@@ -289,79 +335,118 @@ def ingest(ws: Workspace, pool: str, cfg: IngestConfig, *, force: bool = False, 
             state.append(entry)
         by_name[name] = entry
         new_sources.append(name)
-        write_json(ws.pool_dir(pool) / STATE_FILE, state)
 
-    problems_path = ws.table(pool, "problems")
+    problems_path, q_path = ws.table(pool, "problems"), ws.table(pool, "quarantine")
     raw_paths = [raw_dir / s["raw"] for s in state]
-    inputs = hash_inputs(raw_paths)
     config = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "sources"}
     config["order"] = [s["name"] for s in state]
-    stored = None if force else up_to_date(problems_path, inputs, config)
-    if stored is not None:
-        return StageResult(
-            "ingest",
-            skipped=True,
-            outputs=[str(problems_path)],
-            summary={**stored["extra"]["summary"], "new_sources": []},
+
+    def work(_manifest) -> StageOutput:
+        rows = pl.concat([read_parquet(p, RAW) for p in raw_paths], how="vertical") if raw_paths else S.empty(RAW)
+        _log(progress, f"cleaning and merging {rows.height} rows from {len(state)} source(s) ...")
+        cleaned = clean(rows, cfg)
+        problems, quarantine, outcome = merge(cleaned, cfg)
+        drops = Counter(o for o in outcome if o not in ("admitted", "merged"))
+        summary = {
+            "pool": pool,
+            "read": rows.height,
+            "admitted": problems.height,
+            "merged": outcome.count("merged"),
+            "quarantined": sum(drops.values()),
+            "splits": dict(Counter(problems[S.SPLIT].to_list())),
+            "drops": dict(sorted(drops.items())),
+            "sources": reconcile(cleaned, outcome),
+            "flags": answer_flags(problems),
+            "warnings": _warnings(problems, quarantine),
+        }
+        return StageOutput(
+            summary,
+            tables={q_path: (quarantine, S.QUARANTINE), problems_path: (problems, S.PROBLEMS)},
+            rows_in=rows.height,
+            rows_out=problems.height,
+            drops=dict(drops),
+            check=lambda: {"reconciles": reconciles_on_disk(raw_paths, problems_path, q_path)},
         )
 
-    manifest = Manifest(stage="ingest", inputs=inputs, config=config)
-    rows = pl.concat([read_parquet(p, RAW) for p in raw_paths], how="vertical") if raw_paths else S.empty(RAW)
-    _log(progress, f"cleaning and merging {rows.height} rows from {len(state)} source(s) ...")
-    cleaned = clean(rows, cfg)
-    problems, quarantine, outcome = merge(cleaned, cfg)
-    per_source = reconcile(cleaned, outcome)
+    try:
+        for frame, raw_path in staged:  # every source was read: write their tables under names nothing lists yet
+            _write(frame, raw_path, RAW)
+        result = run_wrapped(
+            ws, "ingest", inputs=raw_paths, config=config, outputs=[problems_path, q_path], fn=work, force=force
+        )
+    except BaseException:
+        for _, raw_path in staged:
+            raw_path.unlink(missing_ok=True)
+        raise
+    if new_sources:  # the commit point: from here on the pool lists the new sources
+        write_json(ws.pool_dir(pool) / STATE_FILE, state)
+        _remove_unlisted_raw(ws, pool, state)
+    result.summary = {**result.summary, "new_sources": new_sources}
+    result.wall_s = round(time.perf_counter() - t0, 3)
+    return result
 
-    q_path = ws.table(pool, "quarantine")
-    if q_path.is_file():  # keep rows other stages (decontaminate, ...) put there
-        others = read_parquet(q_path, S.QUARANTINE).filter(pl.col(S.STAGE) != "ingest")
-        quarantine = pl.concat([quarantine, others], how="vertical")
-    _write(quarantine, q_path, S.QUARANTINE)
-    _write(problems, problems_path, S.PROBLEMS)
 
-    drops = Counter(o for o in outcome if o not in ("admitted", "merged"))
-    totals = {
-        "read": rows.height,
-        "admitted": problems.height,
-        "merged": outcome.count("merged"),
-        "quarantined": sum(drops.values()),
-    }
-    summary = {
-        "pool": pool,
-        **totals,
-        "splits": dict(Counter(problems[S.SPLIT].to_list())),
-        "drops": dict(sorted(drops.items())),
-        "new_sources": new_sources,
-        "sources": per_source,
-        "reconciles": totals["read"] == totals["admitted"] + totals["merged"] + totals["quarantined"],
-    }
-    manifest.rows_in, manifest.rows_out, manifest.drops = rows.height, problems.height, dict(drops)
-    manifest.extra = {"summary": summary}
-    write_manifest(problems_path, manifest)
-    write_manifest(
-        q_path,
-        Manifest(
-            stage="ingest",
-            inputs=inputs,
-            config=config,
-            rows_in=rows.height,
-            rows_out=quarantine.height,
-            drops=dict(drops),
-        ),
+def _raw_name(name: str, digest: str, options: dict[str, Any], taken: set[str]) -> str:
+    """``<source>-<hash of content and options>.parquet``: a changed source gets a new raw table beside the one the
+    pool still lists, never written over it (a random suffix when re-reading an unchanged source with force)."""
+    key = hashlib.sha256(json.dumps([digest, options], sort_keys=True, default=str).encode()).hexdigest()[:12]
+    out = f"{S.slug(name)}-{key}.parquet"
+    return out if out not in taken else f"{S.slug(name)}-{key}-{secrets.token_hex(4)}.parquet"
+
+
+def _remove_unlisted_raw(ws: Workspace, pool: str, state: list[dict[str, Any]]) -> None:
+    """Remove raw tables ``sources.json`` does not list: a replaced source's old table, or the tables of an ingest
+    that failed or was killed before its commit. Only under the pool's lock."""
+    raw_dir = ws.raw_dir(pool)
+    if not raw_dir.is_dir():
+        return
+    listed = {s["raw"] for s in state}
+    for path in raw_dir.glob("*.parquet"):
+        if path.name not in listed and not path.name.startswith("."):
+            path.unlink()
+
+
+def reconciles_on_disk(raw_paths: list, problems_path, q_path) -> bool:
+    """Rows of the raw source tables on disk = rows behind the problems table on disk (each problem lists every
+    source row merged into it in ``sources``) + the ingest rows of the quarantine on disk. Read back from the
+    files, so a row lost or duplicated between merge and write makes it False."""
+    read = sum(pl.scan_parquet(p).select(pl.len()).collect().item() for p in raw_paths)
+    behind = pl.scan_parquet(problems_path).select(pl.col(S.SOURCES).list.len().sum()).collect().item() or 0
+    quarantined = (
+        pl.scan_parquet(q_path).filter(pl.col(S.STAGE) == "ingest").select(pl.len()).collect().item()
+        if q_path.is_file()
+        else 0
     )
-    return StageResult("ingest", outputs=[str(problems_path), str(q_path)], summary=summary)
+    return read == behind + quarantined
 
 
-def run_stage(ws: Workspace, recipe: Recipe, *, force: bool = False) -> StageResult:
+_HINTS = {
+    "missing_answer": "if the answers are in a column with another name, map it with --field answer=COLUMN "
+    "(recipe: fields: {answer: COLUMN} on the source)",
+    "malformed": "if the problems are in a column with another name, map it with --field problem=COLUMN",
+}
+
+
+def _warnings(problems: pl.DataFrame, quarantine: pl.DataFrame) -> list[str]:
+    """A hint when nothing was admitted and every ingest row fell for one reason a ``--field`` mapping fixes."""
+    rows = quarantine.filter(pl.col(S.STAGE) == "ingest")
+    reasons = Counter(rows[S.DROP_REASON].to_list())
+    if problems.height or len(reasons) != 1:
+        return []
+    reason = next(iter(reasons))
+    hint = _HINTS.get(reason)
+    return [f"all {rows.height} rows were quarantined as {reason}; {hint}"] if hint else []
+
+
+def run_stage(ws: Workspace, recipe: Recipe, *, force: bool = False, progress: bool = False) -> StageResult:
     """The recipe's ingest stage: its sources into ``recipe.pool``."""
-    return ingest(ws, recipe.pool, recipe.ingest, force=force)
+    return ingest(ws, recipe.pool, recipe.ingest, force=force, progress=progress)
 
 
 def pool_summary(ws: Workspace, pool: str, detailed: bool = False) -> dict[str, Any]:
     """Counts and paths of a pool (``curate pools`` / ``curate show``)."""
     problems = read_parquet(ws.require_pool(pool))
-    q_path = ws.table(pool, "quarantine")
-    quarantine = read_parquet(q_path) if q_path.is_file() else S.empty(S.QUARANTINE)
+    quarantine = read_quarantine(ws, pool)  # every stage's quarantine file
     out: dict[str, Any] = {
         "pool": pool,
         "problems": problems.height,
@@ -383,6 +468,12 @@ def pool_summary(ws: Workspace, pool: str, detailed: bool = False) -> dict[str, 
         manifest = ws.pool_dir(pool) / "problems.manifest.json"
         if manifest.is_file():
             out["last_ingest"] = json.loads(manifest.read_text()).get("started_at")
+        solution_pools = ws.table(pool, "solution_pools")  # written by `curate solutions` (issue 13)
+        if solution_pools.is_file():
+            sp = read_parquet(solution_pools, S.SOLUTION_POOLS)
+            out["solutions"] = int(sp[S.N_SOLUTIONS].sum())
+            out["solutions_per_problem"] = {str(n): c for n, c in sorted(Counter(sp[S.N_SOLUTIONS].to_list()).items())}
+            out["coscale_pools"] = dict(sorted(Counter(sp[S.COSCALE_POOL].to_list()).items()))
     return out
 
 

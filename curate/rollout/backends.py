@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from curate.errors import ConfigError, CurateError
 from curate.prompts import build_prompt
 
 
@@ -223,7 +224,7 @@ class OpenAIOptions:
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
-class BackendError(RuntimeError):
+class BackendError(CurateError, RuntimeError):
     """A request failed for good (a non-retryable status, or retries exhausted); the shard is not written."""
 
 
@@ -282,7 +283,7 @@ def generate_openai(
     import httpx
 
     if opts.api not in ("chat", "completions"):
-        raise ValueError(f"openai api must be 'chat' or 'completions', got {opts.api!r}")
+        raise ConfigError(f"openai api must be 'chat' or 'completions', got {opts.api!r}")
     tok = load_tokenizer(opts.tokenizer) if opts.tokenizer else None
     url = opts.base_url.rstrip("/") + ("/chat/completions" if opts.api == "chat" else "/completions")
     key = os.environ.get(opts.api_key_env, "")

@@ -39,9 +39,10 @@ import polars as pl
 
 from curate import io, verify
 from curate import schema as S
+from curate.errors import ConfigError, InputError
+from curate.progress import bar
 from curate.rollout import stats
 from curate.rollout.backends import load_tokenizer
-from curate.rollout.stage import SampleProgress
 from curate.verify.answers import answer_key, normalize_answer
 
 
@@ -69,9 +70,9 @@ class ImportConfig:
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
-            raise ValueError(f"import format must be one of {FORMATS}, got {self.format!r}")
+            raise ConfigError(f"import format must be one of {FORMATS}, got {self.format!r}")
         if self.model is not None and self.format == "gsm8k-solutions":
-            raise ValueError("gsm8k-solutions names its four generators itself; drop --model")
+            raise ConfigError("gsm8k-solutions names its four generators itself; drop --model")
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,7 @@ def run_import_shard(ws: io.Workspace, pool: str, cfg: ImportConfig, shard: Impo
                 want.discard((g[S.MODEL], pid, g[S.SAMPLE_IDX]))
                 rows.append({**g, S.PROBLEM_ID: pid})
     if want:
-        raise RuntimeError(f"import shard {shard.index}: {len(want)} planned generations not found in {cfg.path}")
+        raise InputError(f"import shard {shard.index}: {len(want)} planned generations not found in {cfg.path}")
     by_model: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by_model.setdefault(r[S.MODEL], []).append(r)
@@ -342,10 +343,11 @@ def import_generations(ws: io.Workspace, pool: str, cfg: ImportConfig, *, progre
     if cfg.add_problems:
         added = _add_problems(ws, pool, cfg)
     shards, report = plan_import(ws, pool, cfg)
-    with SampleProgress(progress, sum(len(s.keys) for s in shards), f"import {Path(cfg.path).name}") as bar:
+    total = sum(len(s.keys) for s in shards)
+    with bar(total, f"import {Path(cfg.path).name}", enabled=progress and total > 0, unit="samples") as advance:
         for shard in shards:
             run_import_shard(ws, pool, cfg, shard)
-            bar(len(shard.keys), 0)
+            advance(len(shard.keys))
     refreshed = stats.refresh_stats(ws, pool)
     rows = _import_rows(ws, pool, report["run_id"])
     verdicts = {k: int(v) for k, v in rows[S.VERDICT].value_counts().sort(S.VERDICT).iter_rows()}

@@ -17,8 +17,12 @@ How a job is cut and why a crash loses nothing:
 3. ``finalize``: refresh the stats table (incremental), write the manifest.
 
 Kill the process at any moment (SIGKILL included) and run the same command again: the plan recomputes what is
-missing and does only that. Reads deduplicate by key as a safety net (two processes planning the same work at
-once). ``only_unsolved`` ignores the current run's own rows, so its candidate list, and with it the shards, also
+missing and does only that. Two runs of one model at once (a second ``curate rollout``, a nightly flow) never
+generate a sample twice: ``run_shard`` first claims the shard's samples under the model ledger's lock
+(``claim_shard``), leaving out those in the ledger or claimed by a live run; a run that finds the rest of its job
+claimed elsewhere waits for it (``_run_all``), and takes over the claims of a run that died. Reads still
+deduplicate by key as a safety net.
+``only_unsolved`` ignores the current run's own rows, so its candidate list, and with it the shards, also
 stay fixed across a resume.
 
 Scale-out (flows/): ``plan_shards`` -> map ``run_shard`` over workers -> ``finalize``. All three take picklable
@@ -36,8 +40,11 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+import os
+import re
+import secrets
+import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +55,7 @@ from curate import config as config_mod
 from curate import io, prompts, verify
 from curate import schema as S
 from curate.io import StageResult
+from curate.progress import bar
 from curate.prompts import INSTRUCTION as DEFAULT_INSTRUCTION
 from curate.rollout import backends, stats
 from curate.rollout.backends import HFOptions, OpenAIOptions, Request, Sampling
@@ -111,8 +119,9 @@ class RolloutConfig:
 
 
 def load_config(recipe: config_mod.Recipe) -> RolloutConfig:
-    """The recipe's ``rollout`` mapping, with ``verify`` taken from the recipe's shared ``verify`` key."""
-    data = recipe.stage_config("rollout")
+    """The recipe's ``rollout`` mapping, with ``verify`` taken from the recipe's shared ``verify`` key and ``seed``
+    (the sampling seed) defaulting to the recipe's."""
+    data = recipe.seeded_config("rollout")
     if "verify" in data:
         raise config_mod.ConfigError("set answer-checking options under the recipe's top-level `verify:` key")
     cfg = config_mod.from_mapping(RolloutConfig, data, "rollout")
@@ -120,7 +129,8 @@ def load_config(recipe: config_mod.Recipe) -> RolloutConfig:
 
 
 def run_id(cfg: RolloutConfig) -> str:
-    """Id of a job: a hash of everything that shapes its samples (model, backend, sampling, instruction, n)."""
+    """Id of a job: a hash of everything that shapes its samples (model, backend, sampling, instruction, n, and the
+    backend settings of ``sample_settings``)."""
     keys = {
         "model": cfg.model,
         "revision": cfg.revision,
@@ -128,8 +138,33 @@ def run_id(cfg: RolloutConfig) -> str:
         "n": cfg.n,
         "sampling": dataclasses.asdict(cfg.sampling),
         "instruction": cfg.instruction,
+        "backend_settings": sample_settings(cfg),
     }
     return "r-" + hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def sample_settings(cfg: RolloutConfig) -> dict[str, Any]:
+    """The backend settings that change what is sampled, beyond model, sampling and instruction.
+
+    hf: ``generate_hf`` batches the rows of one shard and seeds each batch from its first row, so batch size and
+    shard size decide which samples share a seed; device, dtype and CPU threads change the numerics. vllm: dtype,
+    tensor parallelism and context length change the numerics (each request has its own seed, so batching does not
+    pick the random numbers). openai: the server, the endpoint and one request per sample or per problem (which
+    seeds the server gets). Not included: progress, workers, retries, timeouts, data-parallel rank.
+    """
+    if cfg.backend == "hf":
+        opts = cfg.hf
+        return {
+            "batch_size": opts.batch_size,
+            "shard_size": cfg.shard_size,
+            "device": opts.device,
+            "dtype": opts.dtype,
+            "threads": opts.threads,
+        }
+    if cfg.backend == "vllm":
+        v = cfg.vllm
+        return {"dtype": v.dtype, "tensor_parallel_size": v.tensor_parallel_size, "max_model_len": v.max_model_len}
+    return {"base_url": cfg.openai.base_url, "api": cfg.openai.api, "request_n": cfg.openai.request_n}
 
 
 # --------------------------------------------------------------------------------------------------- planning
@@ -166,8 +201,9 @@ def shard_path(ws: io.Workspace, pool: str, cfg: RolloutConfig, shard: Shard) ->
 
 
 def manifest_path(ws: io.Workspace, pool: str, model: str) -> Path:
-    """``rollouts/<model>.manifest.json``: beside the model's folder, so the folder holds only parquet parts."""
-    return ws.ledger_dir(pool) / f"{S.slug(model)}.manifest.json"
+    """``rollouts/<model>/manifest.json``: the model ledger's manifest (``io.manifest_path`` of its folder; ledger
+    readers take ``part-*.parquet`` only)."""
+    return io.manifest_path(ws.ledger_dir(pool, model))
 
 
 def _golds(answer: str | None, alternatives: list[str] | None) -> tuple[str, ...]:
@@ -226,6 +262,129 @@ def _plan(ws: io.Workspace, pool: str, cfg: RolloutConfig) -> tuple[list[Shard],
         if items:
             shards.append(Shard(index, rid, tuple(items)))
     return shards, {"pool": keep.height + sum(excluded.values()), "excluded": excluded, **counts}
+
+
+# --------------------------------------------------------------------------------------------------- claims
+_TEMP_PART = re.compile(r"^\.(part-r-[0-9a-f]{12}-\d{6}-[0-9a-f]{12})\.parquet\..+\.tmp$")
+
+
+@dataclass
+class Claim:
+    """Samples this process is generating, announced to other runs of the model until ``release``.
+
+    A claim is a record (``<token>.json``: pid, run id, shard name, keys) beside a lock file this process holds
+    (``filelock``, an ``flock``): if the process dies, SIGKILL included, the kernel frees the lock and the next
+    run treats the record as stale, so a killed run's samples are taken over, never blocked.
+    """
+
+    shard: Shard
+    record: Path
+    lock: Any
+
+    def release(self) -> None:
+        self.record.unlink(missing_ok=True)
+        self.lock.release()
+        Path(self.lock.lock_file).unlink(missing_ok=True)
+
+
+def claims_dir(ws: io.Workspace, pool: str, model: str) -> Path:
+    """``locks/ledger-<pool>__<model>.claims/``: the live claims on one model's ledger."""
+    return ws.lock_path("ledger", f"{pool}/{model}").with_suffix(".claims")
+
+
+def live_claims(folder: Path) -> list[dict[str, Any]]:
+    """Records of the claims whose holder is alive; a dead holder's record and lock file are removed.
+
+    Call under the ledger lock (``claim_shard`` does), so no claim is being created or checked meanwhile.
+    """
+    from filelock import FileLock, Timeout
+
+    out = []
+    if not folder.is_dir():
+        return out
+    for lock_file in sorted(folder.glob("*.lock")):
+        record = lock_file.with_suffix(".json")
+        probe = FileLock(str(lock_file))  # a new descriptor: busy while the holder (even this process) has it
+        try:
+            probe.acquire(blocking=False)
+        except Timeout:
+            if record.is_file():
+                out.append(json.loads(record.read_text(encoding="utf-8")))
+            continue
+        record.unlink(missing_ok=True)
+        probe.release()
+        lock_file.unlink(missing_ok=True)
+    return out
+
+
+def _ledger_keys(ws: io.Workspace, pool: str, model: str, problem_ids: set[str]) -> set[tuple[str, int]]:
+    """(problem_id, sample_idx) of ``problem_ids`` already in the model's ledger."""
+    files = stats.ledger_files(ws, pool, model)
+    if not files or not problem_ids:
+        return set()
+    keys = pl.concat(
+        [
+            pl.read_parquet(f, columns=[S.PROBLEM_ID, S.SAMPLE_IDX]).filter(
+                pl.col(S.PROBLEM_ID).is_in(sorted(problem_ids))
+            )
+            for f in files
+        ]
+    )
+    return set(keys.iter_rows())
+
+
+def claim_shard(ws: io.Workspace, pool: str, cfg: RolloutConfig, shard: Shard) -> Claim | None:
+    """Claim what is still to do of ``shard``: under the model ledger's lock, leave out the samples already in the
+    ledger or claimed by a live run, and claim the rest; None when nothing is left.
+
+    Same config: both runs plan the same shards, so one takes a shard and the other skips it. Another shard size
+    or ``n``: their shards overlap partly, and only the unclaimed samples are generated (a smaller shard, named by
+    its own keys). Temp files of shards no live run is writing (a killed run's) are removed here.
+    """
+    from filelock import FileLock
+
+    with ws.lock("ledger", f"{pool}/{cfg.model}"):
+        folder = claims_dir(ws, pool, cfg.model)
+        folder.mkdir(parents=True, exist_ok=True)
+        live = live_claims(folder)
+        _remove_dead_temps(ws.ledger_dir(pool, cfg.model), {c["shard"] for c in live})
+        taken = {(p, i) for c in live for p, i in c["keys"]}
+        done = _ledger_keys(ws, pool, cfg.model, {i.problem_id for i in shard.items})
+        skip, items = done | taken, []
+        for item in shard.items:
+            free = tuple(s for s in item.sample_idxs if (item.problem_id, s) not in skip)
+            if free:
+                items.append(dataclasses.replace(item, sample_idxs=free))
+        if not items:
+            return None
+        mine = shard if tuple(items) == shard.items else Shard(shard.index, shard.run_id, tuple(items))
+        token = f"{os.getpid()}-{secrets.token_hex(4)}"
+        lock = FileLock(str(folder / f"{token}.lock"))
+        lock.acquire(blocking=False)
+        record = folder / f"{token}.json"
+        io.write_json(
+            record,
+            {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "run_id": shard.run_id,
+                "shard": mine.name,
+                "since": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                "keys": [[i.problem_id, s] for i in items for s in i.sample_idxs],
+            },
+        )
+        return Claim(mine, record, lock)
+
+
+def _remove_dead_temps(folder: Path, live_shards: set[str]) -> None:
+    """Remove temp files of rollout shards that no live run is writing (left by a killed run). Only rollout shard
+    temps: other writers of the ledger (imports, the sampler, training) do not claim."""
+    if not folder.is_dir():
+        return
+    for p in folder.iterdir():
+        m = _TEMP_PART.match(p.name)
+        if m and m.group(1) not in live_shards:
+            p.unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------------------------------- one shard
@@ -294,6 +453,11 @@ def run_shard(
 ) -> Path | None:
     """Generate, verify and write one shard atomically; a shard already on disk is not redone (idempotent).
 
+    Other runs of the same model may be working at the same time (a second ``curate rollout``, Dask workers):
+    the shard's samples are claimed first (``claim_shard``), so samples already in the ledger or being generated
+    by a live run are left out, and the rest is generated once. Returns the part file written (the shard's own
+    ``shard_path`` unless samples were left out), or None when nothing was left to do here.
+
     on_done: progress callback (samples, tokens) per finished batch. timings: seconds spent loading the model
     (first shard of a process only), generating and verifying are added under ``load_s``, ``generate_s``,
     ``verify_s``.
@@ -304,6 +468,24 @@ def run_shard(
     path = shard_path(ws, pool, cfg, shard)
     if path.exists():
         return path
+    claim = claim_shard(ws, pool, cfg, shard)
+    if claim is None:
+        return None
+    try:
+        return _generate_shard(ws, pool, cfg, claim.shard, on_done, timings)
+    finally:
+        claim.release()
+
+
+def _generate_shard(
+    ws: io.Workspace,
+    pool: str,
+    cfg: RolloutConfig,
+    shard: Shard,
+    on_done: backends.OnDone | None,
+    timings: dict[str, float],
+) -> Path:
+    path = shard_path(ws, pool, cfg, shard)
     messages = {i.problem_id: prompts.user_message(i.problem, cfg.instruction) for i in shard.items}
     requests = [
         Request(
@@ -340,41 +522,46 @@ def run_shard(
 
 
 # --------------------------------------------------------------------------------------------------- job
+@io.pool_locked
 def finalize(ws: io.Workspace, pool: str, cfg: RolloutConfig, *, force: bool = False) -> StageResult:
-    """Refresh the stats table and write the model ledger's manifest; summarize this job's rows."""
+    """Refresh the stats table and summarize this job's rows, through ``io.run_wrapped``: skipped when the pool's
+    ledger parts, the problems table, the config and the code are what the model ledger's manifest records.
+
+    Inputs: the problems table and every ledger part of the pool (the stats cover every model). Outputs: the
+    model's ledger folder (its manifest, ``manifest_path``) and ``stats.parquet``.
+    """
     rid = run_id(cfg)
-    refreshed = stats.refresh_stats(ws, pool, prior=cfg.prior, force=force)
-    folder = ws.ledger_dir(pool, cfg.model)
-    own = [f for f in stats.ledger_files(ws, pool, cfg.model) if f.name.startswith(f"part-{rid}-")]
-    cols = [S.VERDICT, S.CORRECT, S.COMPLETION_TOKENS, S.FINISH_REASON]
-    rows = stats.dedupe(stats.read_files(own, [*stats.KEY, *cols]))
-    verdicts = {k: int(v) for k, v in rows[S.VERDICT].value_counts().iter_rows()} if rows.height else {}
-    ledger_rows_total = stats.read_ledger(ws, pool, cfg.model, columns=[]).height
-    summary: dict[str, Any] = {
-        "pool": pool,
-        "model": cfg.model,
-        "backend": cfg.backend,
-        "run_id": rid,
-        "job_samples": rows.height,
-        "job_problems": rows[S.PROBLEM_ID].n_unique() if rows.height else 0,
-        "job_pass_rate": round(float(rows[S.CORRECT].mean()), 4) if rows.height else None,
-        "job_mean_tokens": round(float(rows[S.COMPLETION_TOKENS].mean() or 0), 1) if rows.height else None,
-        "verdicts": dict(sorted(verdicts.items())),
-        "ledger_rows": ledger_rows_total,
-        "stats": refreshed,
-    }
-    if folder.is_dir():
-        manifest = io.Manifest(
-            stage="rollout",
-            inputs=io.hash_inputs([ws.table(pool, "problems")]),
-            config=dataclasses.asdict(cfg),
-            rows_in=rows.height,
-            rows_out=ledger_rows_total,
-            extra={"run_id": rid, "verdicts": summary["verdicts"]},
+    folder, stats_path = ws.ledger_dir(pool, cfg.model), ws.table(pool, "stats")
+
+    def work(_manifest) -> io.StageOutput:
+        refreshed = stats.refresh_stats(ws, pool, prior=cfg.prior, force=force)
+        own = [f for f in stats.ledger_files(ws, pool, cfg.model) if f.name.startswith(f"part-{rid}-")]
+        cols = [S.VERDICT, S.CORRECT, S.COMPLETION_TOKENS, S.FINISH_REASON]
+        rows = stats.dedupe(stats.read_files(own, [*stats.KEY, *cols]))
+        verdicts = {k: int(v) for k, v in rows[S.VERDICT].value_counts().iter_rows()} if rows.height else {}
+        ledger_rows_total = stats.read_ledger(ws, pool, cfg.model, columns=[]).height
+        summary: dict[str, Any] = {
+            "pool": pool,
+            "model": cfg.model,
+            "backend": cfg.backend,
+            "run_id": rid,
+            "job_samples": rows.height,
+            "job_problems": rows[S.PROBLEM_ID].n_unique() if rows.height else 0,
+            "job_pass_rate": round(float(rows[S.CORRECT].mean()), 4) if rows.height else None,
+            "job_mean_tokens": round(float(rows[S.COMPLETION_TOKENS].mean() or 0), 1) if rows.height else None,
+            "verdicts": dict(sorted(verdicts.items())),
+            "ledger_rows": ledger_rows_total,
+            "stats": refreshed,
+        }
+        folder.mkdir(parents=True, exist_ok=True)
+        return io.StageOutput(
+            summary, rows_in=rows.height, rows_out=ledger_rows_total, extra={"run_id": rid, "verdicts": verdicts}
         )
-        io.write_json(manifest_path(ws, pool, cfg.model), dataclasses.asdict(manifest.seal()))
-    return StageResult(
-        stage="rollout", outputs=[str(folder), str(ws.table(pool, "stats"))], summary=summary, skipped=False
+
+    inputs = [ws.table(pool, "problems"), *stats.ledger_files(ws, pool)]
+    config = dataclasses.asdict(cfg) | {"run_id": rid, "pool": pool}
+    return io.run_wrapped(
+        ws, "rollout", inputs=inputs, config=config, outputs=[folder, stats_path], fn=work, force=force
     )
 
 
@@ -386,21 +573,20 @@ def rollout(
     shards, problems = _plan(ws, pool, cfg)
     total = sum(s.samples for s in shards)
     generated = tokens = 0
-    with SampleProgress(progress, total, f"rollout {cfg.model}") as bar:
+    with bar(total, f"rollout {cfg.model}", enabled=progress and total > 0, unit="samples") as advance:
 
         def on_done(k: int, t: int) -> None:
             nonlocal generated, tokens
             generated += k
             tokens += t
-            bar(k, t)
+            advance(k, tokens=t)
 
         timings = {"load_s": 0.0, "generate_s": 0.0, "verify_s": 0.0}
-        for shard in shards:
-            run_shard(ws, pool, cfg, shard, on_done=on_done, timings=timings)
+        left = _run_all(ws, pool, cfg, shards, on_done, timings)
     result = finalize(ws, pool, cfg, force=force)
     wall = time.perf_counter() - t0
     result.wall_s = wall
-    result.skipped = not shards
+    result.skipped = not shards and result.skipped
     result.summary = {
         "problems": problems,
         "shards_run": len(shards),
@@ -410,52 +596,51 @@ def rollout(
         **{k: round(v, 2) for k, v in timings.items()},
         **result.summary,
     }
+    if left:
+        result.summary["left_to_other_runs"] = left
     return result
 
 
-def run_stage(ws: io.Workspace, recipe: config_mod.Recipe, *, force: bool = False) -> StageResult:
+def _run_all(
+    ws: io.Workspace,
+    pool: str,
+    cfg: RolloutConfig,
+    shards: list[Shard],
+    on_done: backends.OnDone,
+    timings: dict[str, float],
+    poll_s: float = 0.5,
+) -> int:
+    """Run every shard, then wait for the samples other live runs of the model claimed (taking over those of a run
+    that dies), so that the job is complete on return. Waits at most the lock timeout (``io.lock_timeout``);
+    returns how many samples were still being generated elsewhere when it gave up (0 when complete)."""
+    from curate.progress import log
+
+    deadline = None
+    while True:
+        for shard in shards:
+            run_shard(ws, pool, cfg, shard, on_done=on_done, timings=timings)
+        shards = plan_shards(ws, pool, cfg)
+        if not shards:
+            return 0
+        left = sum(s.samples for s in shards)
+        limit = io.lock_timeout(ws.lock_timeout)
+        if deadline is None:
+            with ws.lock("ledger", f"{pool}/{cfg.model}"):
+                owners = sorted({str(c["pid"]) for c in live_claims(claims_dir(ws, pool, cfg.model))})
+            log(f"waiting for {left} sample(s) another rollout of {cfg.model} is generating (pid {', '.join(owners)})")
+            deadline = time.monotonic() + limit if limit >= 0 else float("inf")
+        if time.monotonic() > deadline:
+            log(f"gave up waiting after {limit:g} s: {left} sample(s) are still being generated by another run")
+            return left
+        time.sleep(poll_s)
+
+
+def run_stage(
+    ws: io.Workspace, recipe: config_mod.Recipe, *, force: bool = False, progress: bool = False
+) -> StageResult:
     """Stage wrapper: plan, run all shards, finalize. ``force`` recomputes the stats from the whole ledger.
 
     Generated rows are never regenerated (the ledger is append-only; delete part files to redo them); a job with
-    nothing missing is reported as skipped.
+    nothing missing whose ``finalize`` finds the ledger as its manifest records it is reported as skipped.
     """
-    return rollout(ws, recipe.pool, load_config(recipe), force=force)
-
-
-class SampleProgress:
-    """A rich progress bar over samples with ETA and tokens/s (or nothing); the context value advances it."""
-
-    def __init__(self, show: bool, total: int, label: str) -> None:
-        self.bar = None
-        self.t0 = time.perf_counter()
-        self.tokens = 0
-        if show and total:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.bar = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("samples"),
-                TimeRemainingColumn(),
-                TextColumn("{task.fields[tps]} tok/s"),
-                console=Console(stderr=True),
-            )
-            self.task = self.bar.add_task(label, total=total, tps="-")
-
-    def __enter__(self) -> Callable[[int, int], None]:
-        if self.bar is None:
-            return lambda k, t: None
-        self.bar.start()
-
-        def advance(k: int, t: int) -> None:
-            self.tokens += t
-            tps = self.tokens / max(1e-9, time.perf_counter() - self.t0)
-            self.bar.update(self.task, advance=k, tps=f"{tps:,.0f}")  # type: ignore[union-attr]
-
-        return advance
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+    return rollout(ws, recipe.pool, load_config(recipe), force=force, progress=progress)

@@ -34,6 +34,7 @@ import polars as pl
 
 from curate import io
 from curate import schema as S
+from curate.errors import ConfigError
 
 
 KEY = [S.PROBLEM_ID, S.MODEL, S.SAMPLE_IDX]
@@ -85,7 +86,7 @@ def finalize(
 
     a0, b0 = prior
     if a0 <= 0 or b0 <= 0:
-        raise ValueError(f"the Beta prior needs positive parameters, got {prior}")
+        raise ConfigError(f"the Beta prior needs positive parameters, got {prior}")
     now = now or dt.datetime.now(dt.UTC)
     n, c = pl.col(S.N_SAMPLES), pl.col(S.N_CORRECT)
     out = sums.with_columns(
@@ -165,10 +166,14 @@ def state_path(ws: io.Workspace, pool: str) -> Path:
     return ws.table(pool, "stats_state")
 
 
+@io.pool_locked
 def refresh_stats(
     ws: io.Workspace, pool: str, *, prior: tuple[float, float] | None = None, force: bool = False
 ) -> dict[str, Any]:
     """Bring ``stats.parquet`` up to date with the ledger, reading only new part files; returns what it did.
+
+    Holds the pool's lock (``io.pool_locked``), so two refreshes (or a refresh and another stage) never
+    interleave their writes of the tables and the manifest.
 
     ``prior`` None keeps the prior the table was last built with (Beta(1, 1) for a new table).
     """

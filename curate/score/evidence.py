@@ -18,6 +18,7 @@ import polars as pl
 
 from curate import config, io
 from curate import schema as S
+from curate.errors import InputError
 
 
 LEDGER_READ = (S.PROBLEM_ID, S.MODEL, S.SAMPLE_IDX, S.COMPLETION_TOKENS, S.CORRECT, S.REWARD, S.STEP)
@@ -62,7 +63,7 @@ def target_model(ledger: pl.DataFrame, wanted: str | None) -> str:
     )
     if wanted is not None:
         if wanted not in models[S.MODEL].to_list():
-            raise ValueError(f"model {wanted!r} has no rollouts; ledger models: {sorted(models[S.MODEL].to_list())}")
+            raise InputError(f"model {wanted!r} has no rollouts; ledger models: {sorted(models[S.MODEL].to_list())}")
         return wanted
     own = models.filter(~pl.col("imp"))
     return (own if own.height else models).sort(["first", S.MODEL], nulls_last=False)[S.MODEL][-1]

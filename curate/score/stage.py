@@ -27,7 +27,6 @@ Example row of ``scores`` (t = 0, equal weights)::
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -37,7 +36,9 @@ import polars as pl
 
 from curate import cluster, config, io
 from curate import schema as S
+from curate.embed import EmbedConfig
 from curate.io import StageResult
+from curate.progress import bar
 from curate.score.des import (  # noqa: F401  (re-exported: the curriculum builds DES at t > 0 from these)
     DesConfig,
     PoolStats,
@@ -62,6 +63,10 @@ class ScoreConfig:
 
     evidence: which ledger model and reward scale (``curate.evidence.EvidenceConfig``).
     pseudo_count: k, the prior's weight in rollouts. min_evidence: rollouts a problem needs to train the prior.
+    prior_min_problems: problems with rollouts the learned prior needs, with both right and wrong answers among
+    them; with less, rollouts do not train it (a dozen all-failed problems would mark a whole pool unsolvable) and
+    unlabelled problems keep ``default_pass_rate``, with a warning. A prior whose held-out error does not beat
+    predicting the mean is replaced by the mean, with a warning.
     level_pass_rates: MATH level 1..5 -> pass rate (RECONSTRUCTED: a small math model's typical accuracy).
     difficulty_intercept/slope: a numeric ``difficulty`` label without a level (AoPS 1-10 scale, DeepScaleR/AIME)
     maps to intercept - slope·(difficulty - 1), clipped to [0.02, 0.98] (RECONSTRUCTED).
@@ -78,6 +83,7 @@ class ScoreConfig:
     seed: int | None = None
     pseudo_count: float = 8.0
     min_evidence: int = 4
+    prior_min_problems: int = 30
     level_pass_rates: tuple[float, ...] = (0.9, 0.8, 0.7, 0.55, 0.35)
     difficulty_intercept: float = 0.95
     difficulty_slope: float = 0.1
@@ -93,7 +99,7 @@ class ScoreConfig:
     solved_threshold: float = 0.9
     clusters: int = 64
     use_embeddings: bool = True
-    embed: dict[str, Any] = field(default_factory=dict)
+    embed: EmbedConfig = field(default_factory=EmbedConfig)
     des: DesConfig = field(default_factory=DesConfig)
     time: float = 0.0
     horizon: float = 1.0
@@ -108,7 +114,8 @@ class ScoreConfig:
 
 
 def load_config(recipe: config.Recipe) -> ScoreConfig:
-    return config.from_mapping(ScoreConfig, recipe.stage_config("score"), "score")
+    """The recipe's ``score`` section; ``seed`` defaults to the recipe's."""
+    return config.from_mapping(ScoreConfig, recipe.seeded_config("score"), "score")
 
 
 # --------------------------------------------------------------------------------------------------- flags (pure)
@@ -204,6 +211,17 @@ def fit_predict(
     return full, report
 
 
+def subject_features(problems: pl.DataFrame, min_count: int = 5, max_subjects: int = 32) -> np.ndarray:
+    """One-hot columns of the pool's frequent subjects (float32 [n, k]; k = 0 with fewer than two), so the learned
+    prior can use a subject's difficulty where the pool carries subjects but no levels."""
+    counts = problems[S.SUBJECT].drop_nulls().value_counts(sort=True)
+    subjects = [v for v, c in counts.iter_rows() if c >= min_count][:max_subjects]
+    if len(subjects) < 2:
+        return np.zeros((problems.height, 0), dtype=np.float32)
+    column = problems[S.SUBJECT].to_list()
+    return np.asarray([[float(v == s) for s in subjects] for v in column], dtype=np.float32)
+
+
 # --------------------------------------------------------------------------------------------------- the stage (pure)
 def score_frame(
     problems: pl.DataFrame,
@@ -231,7 +249,9 @@ def score_frame(
         label_pass_rate_expr(cfg).alias("_label"),
         pl.col(S.PROBLEM).str.len_chars().cast(pl.Int32).alias(S.PROMPT_CHARS),
     )
-    x = feature_matrix(df, emb)
+    x, subjects = feature_matrix(df, emb), subject_features(df)
+    if subjects.shape[1]:  # the pool carries subjects: a difficulty signal the learned prior can use
+        x = np.hstack([x, subjects])
     step("difficulty prior")
     df, prior_report = _difficulty(df, x, cfg, seed)
     step("CoT complexity")
@@ -268,8 +288,42 @@ def score_frame(
         "pool_stats": asdict(stats),
         "des_weights": [round(v, 4) for v in des_weights(cfg.des.phi)],
         "time_weight": time_weight(cfg.time, cfg.horizon),
+        "constant_terms": constant_terms(out),
+        "warnings": prior_report.pop("warnings", []) + des_warnings(out),
     }
     return out, report
+
+
+DES_TERMS = (("difficulty", S.DES_D), ("CoT length", S.DES_C), ("reward", S.DES_R))
+
+
+def constant_terms(scores: pl.DataFrame, tol: float = 1e-9) -> list[str]:
+    """The DES terms that take one value over the scored problems (they carry no ranking signal there)."""
+    if scores.height < 2:
+        return []
+    return [name for name, col in DES_TERMS if float(scores[col].max() - scores[col].min()) <= tol]
+
+
+def des_warnings(scores: pl.DataFrame) -> list[str]:
+    """What DES is reduced to when some of its terms are constant, and why (issue 11: without rollouts or
+    difficulty labels, pass rate, difficulty and reward are the same for every problem and DES ranks by length)."""
+    constant = constant_terms(scores)
+    if not constant:
+        return []
+    varying = [name for name, _ in DES_TERMS if name not in constant]
+    text = f"DES terms {', '.join(constant)} are constant over the pool, so DES ranks by {' and '.join(varying)} alone"
+    if not varying:
+        text = "every DES term is constant over the pool: DES does not rank the problems at all"
+    if "CoT length" in varying and (scores[S.COT_SOURCE] == "prompt").all():
+        text += " (with no solutions and no rollouts the CoT length is the prompt length)"
+    p = scores[S.PASS_RATE]
+    if scores.height > 1 and float(p.max() - p.min()) <= 1e-9:
+        text += (
+            f"; every problem has the pass rate {float(p[0]):.2f}: no rollouts and no difficulty labels (levels, "
+            "a difficulty column). Run `curate rollout`, or `curate import-generations` for a dataset that ships "
+            "graded generations, to give DES its difficulty and reward terms"
+        )
+    return [text]
 
 
 _EVIDENCE = {
@@ -295,12 +349,57 @@ def _join_evidence(df: pl.DataFrame, evidence: pl.DataFrame | None) -> pl.DataFr
     )
 
 
+def prior_evidence(n: np.ndarray, correct: np.ndarray, cfg: ScoreConfig) -> tuple[np.ndarray, str | None]:
+    """Which problems' rollouts may train the difficulty prior, and why none may (``None`` when they may).
+
+    A problem counts with ``min_evidence`` rollouts; together they must be ``prior_min_problems`` problems and
+    show both outcomes (some correct and some wrong answers), or the prior would learn a constant from them.
+
+    >>> prior_evidence(np.full(12, 8), np.zeros(12), ScoreConfig())[1]
+    '12 problems with >= 4 rollouts (need 30), all wrong'
+    """
+    has = n >= cfg.min_evidence
+    k, right, total = int(has.sum()), int(correct[has].sum()), int(n[has].sum())
+    need = f"{k} problems with >= {cfg.min_evidence} rollouts (need {cfg.prior_min_problems})"
+    problems = [] if k >= cfg.prior_min_problems else [need]
+    outcome = [] if 0 < right < total else ["all wrong" if right == 0 else "all right"] if k else []
+    why = ", ".join(problems + outcome)
+    return (has, None) if not why else (np.zeros_like(has), why)
+
+
 def _difficulty(df: pl.DataFrame, x: np.ndarray, cfg: ScoreConfig, seed: int) -> tuple[pl.DataFrame, dict]:
-    """Prior mean m (label, else the learned predictor), Beta posterior, pass-rate source and d = 1 - p."""
+    """Prior mean m (label, else the learned predictor), Beta posterior, pass-rate source and d = 1 - p.
+
+    The learned part needs evidence (``prior_evidence``) and must beat predicting the mean on held-out problems;
+    otherwise unlabelled problems get ``default_pass_rate`` (no evidence) or the mean (no skill), and the report
+    carries a warning. Every problem's own rollouts still enter its posterior.
+    """
     n, label = df[S.N_SAMPLES].to_numpy(), df["_label"].to_numpy().astype(float)
-    has_ledger = n >= cfg.min_evidence
-    y = np.where(has_ledger, df[S.N_CORRECT].to_numpy() / np.maximum(n, 1), label)
-    pred, report = fit_predict(x, y, has_ledger | ~np.isnan(label), cfg, seed, clip=(0.01, 0.99))
+    correct = df[S.N_CORRECT].to_numpy()
+    has_ledger, weak = prior_evidence(n, correct, cfg)
+    y = np.where(has_ledger, correct / np.maximum(n, 1), label)
+    train = has_ledger | ~np.isnan(label)
+    pred, report = fit_predict(x, y, train, cfg, seed, clip=(0.01, 0.99))
+    report["warnings"] = []
+    unlabelled = int(np.isnan(label).sum())
+    if weak and (n > 0).any():
+        report["warnings"].append(f"difficulty prior not trained on rollouts: {weak}")
+    if not train.any():
+        pred = np.full(len(x), cfg.default_pass_rate)
+        report |= {"kind": "default", "n_train": 0}
+        if unlabelled and (n > 0).any():
+            report["warnings"][-1] += (
+                f"; {unlabelled} unlabelled problems keep the default prior {cfg.default_pass_rate}"
+            )
+    elif report["mae"] is not None and report["mae"] >= report["baseline_mae"]:
+        mean = float(y[train].mean())
+        pred = np.full(len(x), mean)
+        report["kind"] = f"mean (the {report['kind']} prior did not beat it)"
+        if unlabelled:
+            report["warnings"].append(
+                f"the difficulty prior does not beat predicting the mean (held-out MAE {report['mae']} vs "
+                f"{report['baseline_mae']}); {unlabelled} unlabelled problems get the mean pass rate {mean:.3f}"
+            )
     k, nn = cfg.pseudo_count, pl.col(S.N_SAMPLES)
     source = (
         pl.when(nn >= k).then(pl.lit("ledger")).when(nn > 0).then(pl.lit("blend"))
@@ -378,80 +477,60 @@ def summarize(scores: pl.DataFrame, report: dict[str, Any], *, filters_present: 
         "prior_trained_on": report["prior_predictor"]["n_train"],
         "des_mean": round(float(des.mean()), 4) if scores.height else None,
         "des_p10_p90": [round(float(des.quantile(q, "linear")), 4) for q in (0.1, 0.9)] if scores.height else None,
+        "constant_terms": report.get("constant_terms", []),
+        "warnings": report.get("warnings", []),
     }
 
 
 # --------------------------------------------------------------------------------------------------- I/O wrapper
+@io.pool_locked
 def score_pool(
     ws: io.Workspace, pool: str, cfg: ScoreConfig, *, seed: int = 0, force: bool = False, progress: bool = True
 ) -> StageResult:
-    """Read the pool's tables, score, write ``scores.parquet`` + manifest; skipped when inputs and config match."""
-    t0 = time.perf_counter()
+    """Read the pool's tables, score, write ``scores.parquet`` through ``io.run_wrapped`` (skipped when inputs,
+    config and code are unchanged). ``cfg.seed``, when set, wins over ``seed``. Holds the pool's lock, so the
+    tables it reads and writes do not change under it."""
+    from curate.rollout.stats import ledger_files
+
+    seed = seed if cfg.seed is None else cfg.seed
     problems_path = ws.require_pool(pool)
     out = ws.table(pool, "scores")
     stats_path, filters_path = ws.table(pool, "stats"), ws.table(pool, "filters")
-    inputs = io.hash_inputs([problems_path, stats_path, filters_path, ws.ledger_dir(pool)])
     conf = asdict(cfg) | {"seed": seed, "pool": pool}
-    stored = None if force else io.up_to_date(out, inputs, conf)
-    if stored is not None:
-        return StageResult("score", skipped=True, outputs=[str(out)], summary=stored["extra"]["summary"])
-    manifest = io.Manifest(stage="score", inputs=inputs, config=conf)
-    problems = io.read_parquet(problems_path, S.PROBLEMS)
-    train = problems.filter(pl.col(S.SPLIT) != "test").sort(S.PROBLEM_ID)
-    ledger = read_ledger(ws, pool)
-    if ledger is not None and ledger.height:
-        evidence, evidence_from = ledger_evidence(ledger, cfg.evidence), "ledger"
-    elif stats_path.is_file():
-        evidence, evidence_from = stats_evidence(io.read_parquet(stats_path, S.STATS), cfg.evidence.model), "stats"
-    else:
-        evidence, evidence_from = None, "none"
-    filters = io.read_parquet(filters_path, S.FILTERS) if filters_path.is_file() else None
-    embeddings = cluster.embed_pool(ws, train, cfg.embed, progress) if cfg.use_embeddings and train.height else None
-    with _steps(progress, 4) as step:
-        scores, report = score_frame(
-            train, cfg, seed, evidence=evidence, embeddings=embeddings, filters=filters, step=step
+
+    def work(_manifest) -> io.StageOutput:
+        problems = io.read_parquet(problems_path, S.PROBLEMS)
+        train = problems.filter(pl.col(S.SPLIT) != "test").sort(S.PROBLEM_ID)
+        ledger = read_ledger(ws, pool)
+        if ledger is not None and ledger.height:
+            evidence, evidence_from = ledger_evidence(ledger, cfg.evidence), "ledger"
+        elif stats_path.is_file():
+            evidence, evidence_from = stats_evidence(io.read_parquet(stats_path, S.STATS), cfg.evidence.model), "stats"
+        else:
+            evidence, evidence_from = None, "none"
+        filters = io.read_parquet(filters_path, S.FILTERS) if filters_path.is_file() else None
+        embeddings = (
+            cluster.embed_pool(ws, train, cfg.embed, progress) if cfg.use_embeddings and train.height else None
         )
-    io.write_parquet(scores, out)
-    summary = summarize(scores, report, filters_present=filters is not None) | {"evidence": evidence_from}
-    manifest.rows_in, manifest.rows_out = problems.height, scores.height
-    manifest.drops = {"split_test": problems.height - train.height}
-    manifest.extra = {"summary": summary, **report}
-    manifest.wall_s = round(time.perf_counter() - t0, 3)
-    io.write_manifest(out, manifest)
-    return StageResult("score", outputs=[str(out)], summary=summary, wall_s=manifest.wall_s)
-
-
-def run_stage(ws: io.Workspace, recipe: config.Recipe, *, force: bool = False) -> StageResult:
-    cfg = load_config(recipe)
-    seed = recipe.seed if cfg.seed is None else cfg.seed
-    return score_pool(ws, recipe.pool, cfg, seed=seed, force=force, progress=False)
-
-
-class _steps:
-    """A rich progress bar over a fixed number of named steps (silent when ``enabled`` is False)."""
-
-    def __init__(self, enabled: bool, total: int) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
-            disable=not enabled,
+        with bar(4, "scoring", enabled=progress, unit="steps") as advance:
+            scores, report = score_frame(
+                train, cfg, seed, evidence=evidence, embeddings=embeddings, filters=filters,
+                step=lambda name: advance(1, description=f"scoring: {name}"),
+            )  # fmt: skip
+        summary = summarize(scores, report, filters_present=filters is not None) | {"evidence": evidence_from}
+        return io.StageOutput(
+            summary,
+            tables={out: (scores, None)},
+            rows_in=problems.height,
+            rows_out=scores.height,
+            drops={"split_test": problems.height - train.height},
+            extra=report,
         )
-        self.task = self.progress.add_task("scoring", total=total)
 
-    def __enter__(self) -> Callable[[str], None]:
-        self.progress.start()
+    inputs = [problems_path, stats_path, filters_path, *ledger_files(ws, pool)]
+    return io.run_wrapped(ws, "score", inputs=inputs, config=conf, outputs=[out], fn=work, force=force)
 
-        def step(name: str) -> None:
-            self.progress.update(self.task, description=f"scoring: {name}")
-            self.progress.advance(self.task)
 
-        return step
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
+def run_stage(ws: io.Workspace, recipe: config.Recipe, *, force: bool = False, progress: bool = False) -> StageResult:
+    """The recipe's ``score`` stage on ``recipe.pool`` (seed: the section's, else the recipe's)."""
+    return score_pool(ws, recipe.pool, load_config(recipe), force=force, progress=progress)

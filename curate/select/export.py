@@ -12,7 +12,8 @@ r"""Writers of a selection folder: Parquet, HF ``datasets``, TRL- and verl-ready
     *.png               pool-vs-selection figures
     manifest.json
 
-The folder is built beside its target and renamed into place, so a reader never sees half a selection.
+The folder is built beside its target and swapped into place (``io.replace_dir``), under the selection's lock, so a
+reader never sees half a selection nor none, and two ``curate select --name A`` at once take turns.
 
 Example TRL row::
 
@@ -23,7 +24,6 @@ Example TRL row::
 from __future__ import annotations
 
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -67,33 +67,115 @@ def write_selection(
     instruction: str,
     plots: bool = True,
 ) -> list[Path]:
-    """Write the whole selection folder atomically (build beside it, then swap); returns the files written."""
+    """Write the whole selection folder atomically (build beside it, then swap); returns the files written.
+
+    Holds the selection's lock (``<root>/locks/selection-<name>.lock``, the root being two levels above ``out``),
+    which first repairs what a killed writer left: a folder missing after a crash mid-swap is put back, temp
+    folders are removed. The folder is replaced by ``io.replace_dir``, so it is never absent.
+    """
+    with io.Workspace(out.parent.parent).lock("selection", out.name):
+        return _write_selection(out, selection, pool, drops, manifest, instruction=instruction, plots=plots)
+
+
+def _write_selection(
+    out: Path,
+    selection: pl.DataFrame,
+    pool: pl.DataFrame,
+    drops: pl.DataFrame,
+    manifest: io.Manifest,
+    *,
+    instruction: str,
+    plots: bool,
+) -> list[Path]:
     from datasets import Dataset
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    tmp = io.temp_dir(out)
     try:
         table = selection_table(selection)
         io.write_parquet(table, tmp / "selection.parquet")
         io.write_parquet(drops.sort(S.PROBLEM_ID), tmp / "drops.parquet")
-        io.write_parquet(trl_frame(table, instruction), tmp / "trl.parquet")
-        io.write_parquet(verl_frame(table, instruction), tmp / "verl.parquet")
-        _save_hf(Dataset(table.with_columns(prompts.chat_prompt_expr(instruction)).to_arrow()), tmp / "hf")
+        # the training files in standard Arrow types (string, list), not polars' large ones: an ordinary HF dataset
+        # concatenates with them (``tmp`` is swapped in whole, so these plain writes are atomic with the folder)
+        write_standard_parquet(trl_frame(table, instruction), tmp / "trl.parquet")
+        write_standard_parquet(verl_frame(table, instruction), tmp / "verl.parquet")
+        hf_rows = standard_arrow(table.with_columns(prompts.chat_prompt_expr(instruction)))
+        _save_hf(Dataset(hf_rows), tmp / "hf")
         figures = []
         if plots:
             from curate.select.plots import selection_plots
 
             figures = selection_plots(pool, table, tmp)
         manifest.extra["files"] = sorted(p.name for p in tmp.iterdir())
+        manifest.extra["pool_quarantine"] = pool_quarantine(
+            io.Workspace(out.parent.parent), manifest.config.get("pool")
+        )
+        manifest.extra["provenance"] = sources_provenance(
+            io.Workspace(out.parent.parent), manifest.config.get("pool"), list(manifest.summary.get("sources") or {})
+        )
         manifest.wall_s = round(_elapsed(manifest), 3)
         io.write_text(tmp / "README.md", dataset_card(manifest, table, [f.name for f in figures]))
-        io.write_manifest(tmp, manifest)
-        tmp.chmod(0o755)  # mkdtemp makes it private; a selection is meant to be read by others
-        _swap(tmp, out)
+        io.write_manifest(tmp, manifest)  # last: a folder with its manifest is complete (``io.recover_dir``)
+        io.replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return sorted(out.iterdir())
+
+
+def standard_type(t: Any) -> Any:
+    """``t`` with Arrow's large and view types replaced by the standard ones, recursively (large_string -> string,
+    large_list -> list, string_view -> string, ...): what ``datasets`` builds from a plain Python dict."""
+    import pyarrow as pa
+
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return pa.binary()
+    if pa.types.is_large_list(t) or pa.types.is_list(t) or pa.types.is_list_view(t):
+        return pa.list_(pa.field(t.value_field.name, standard_type(t.value_type), t.value_field.nullable))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, standard_type(f.type), f.nullable) for f in t])
+    return t
+
+
+def standard_arrow(frame: pl.DataFrame) -> Any:
+    """``frame`` as a ``pyarrow.Table`` in standard types (see ``standard_type``)."""
+    import pyarrow as pa
+
+    table = frame.to_arrow()
+    schema = pa.schema([pa.field(f.name, standard_type(f.type), f.nullable) for f in table.schema])
+    return table.cast(schema)
+
+
+def write_standard_parquet(frame: pl.DataFrame, path: Path) -> Path:
+    """Write ``frame`` as Parquet in standard Arrow types (into a folder that is swapped into place whole)."""
+    import pyarrow.parquet as pq
+
+    pq.write_table(standard_arrow(frame), path, compression="zstd")
+    return path
+
+
+def sources_provenance(ws: io.Workspace, pool: str | None, names: list[str]) -> dict[str, dict[str, str]]:
+    """Licence and upstream of each selected source (``curate.select.provenance``), from the pool's record."""
+    from curate.select.provenance import pool_provenance
+
+    record = ws.pool_dir(pool) / "sources.json" if pool else None
+    text = record.read_text(encoding="utf-8") if record is not None and record.is_file() else None
+    return pool_provenance(text, names)
+
+
+def verl_reward_path() -> str:
+    """Where ``training/verl_reward.py`` is in this checkout (a path for verl's ``custom_reward_function.path``)."""
+    here = Path(__file__).resolve().parents[2] / "training" / "verl_reward.py"
+    return str(here) if here.is_file() else "<curate-rl checkout>/training/verl_reward.py"
+
+
+def _sources_table(counts: dict[str, int], provenance: dict[str, dict[str, str]]) -> str:
+    lines = ["| source | problems | licence | upstream |", "|---|---:|---|---|"]
+    for name, n in counts.items():
+        p = provenance.get(name) or {"licence": "unknown", "upstream": "unknown"}
+        lines.append(f"| {name} | {n:,} | {p['licence']} | {p['upstream']} |")
+    return "\n".join(lines)
 
 
 def _save_hf(dataset: Any, path: Path) -> None:
@@ -109,15 +191,16 @@ def _save_hf(dataset: Any, path: Path) -> None:
             hf_logging.enable_progress_bar()
 
 
-def _swap(tmp: Path, out: Path) -> None:
-    """Replace ``out`` by ``tmp`` with two renames; the old folder is removed only after the new one is in place."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{tmp.name.rsplit('.', 2)[-2]}")
-        out.rename(old)
-    tmp.rename(out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+def pool_quarantine(ws: io.Workspace, pool: str | None) -> dict[str, int]:
+    """Rows the pool's stages quarantined before selection, by ``stage: reason``, read from every stage's
+    quarantine file (``io.read_quarantine``); empty when the pool is unknown."""
+    if not pool or not ws.pool_dir(pool).is_dir():
+        return {}
+    q = io.read_quarantine(ws, pool)
+    counts = (
+        q.group_by(S.STAGE, S.DROP_REASON).len().sort(["len", S.STAGE, S.DROP_REASON], descending=[True, False, False])
+    )
+    return {f"{stage}: {reason}": int(n) for stage, reason, n in counts.iter_rows()}
 
 
 def _elapsed(manifest: io.Manifest) -> float:
@@ -143,7 +226,7 @@ def _rows(pairs: dict[str, Any], head: tuple[str, str]) -> str:
 def dataset_card(manifest: io.Manifest, table: pl.DataFrame, figures: list[str]) -> str:
     """The selection's README.md: what it is, where it came from, every filter and drop, seed, sizes, versions,
     and how to load it. Generated from the manifest so the card and the numbers cannot disagree."""
-    s, cfg = manifest.extra["summary"], manifest.config
+    s, cfg = manifest.summary, manifest.config
     score_manifest = manifest.extra.get("score_manifest") or {}
     extra = score_manifest.get("extra") or {}
     prior = extra.get("prior_predictor") or {}
@@ -163,6 +246,8 @@ def dataset_card(manifest: io.Manifest, table: pl.DataFrame, figures: list[str])
         else f"Every row passing the filters was taken (no sampling); ranked by `{s['by']}`."
     )
     warnings = "\n".join(f"- {w}" for w in s["warnings"]) or "- none"
+    pool_q = manifest.extra.get("pool_quarantine") or {}
+    quarantined = _rows(pool_q, ("stage: reason", "rows")) if pool_q else "(none recorded)"
     versions = "\n".join(f"- {k} {v}" for k, v in sorted(manifest.versions.items()))
     plots = "\n\n".join(f"![{Path(f).stem}]({f})" for f in figures) or "(plots disabled)"
     return f"""---
@@ -180,7 +265,10 @@ math-verify; `answer_alternatives` lists every accepted form) and the scores it 
 
 ## Sources in the selection
 
-{_rows(s["sources"], ("source", "problems"))}
+{_sources_table(s["sources"], manifest.extra.get("provenance") or {})}
+
+Licences are those of the upstream files (`unknown` where the upstream states none); check them before
+redistributing this selection.
 
 ## Filters and drops
 
@@ -194,12 +282,20 @@ Settings: max_prompt_chars={cfg.get("max_prompt_chars")}, drop_contaminated={cfg
 drop_duplicates={cfg.get("drop_duplicates")}, drop_zero_variance={cfg.get("drop_zero_variance")},
 drop_solved={cfg.get("drop_solved")}, min={cfg.get("min_value")}, max={cfg.get("max_value")}.
 
+Quarantined by the pool's stages (every stage's quarantine file, by stage and reason): ingest's rows never
+entered the pool; a later stage's (decontaminate) stay in it and are counted again under the filters above.
+
+{quarantined}
+
 ## Sampling
 
 {sampling} Seed: {s["seed"]}. Deterministic for a given seed and inputs.
 
-Scoring: {scoring} The DES formula is RECONSTRUCTED from ScalingRL's description (its paper gives no formula;
-see METHODS.md §1.2 in the project docs).
+Scoring: {scoring} DES = λ_d·D + λ_c·C + λ_r·R with λ = softmax(φ): D and C are Gaussian scores of the difficulty
+1 − p and of the standardized log chain-of-thought length around the pool's mean, R a Gaussian score of the recent
+reward (0 for problems whose rollouts all agree). The three-term structure is ScalingRL's
+([Scale Down to Speed Up, Findings of EMNLP 2025](https://aclanthology.org/2025.findings-emnlp.412/)); the paper
+gives no formulas, so these are RECONSTRUCTED (`curate/score/des.py` in curate-rl).
 
 ## Warnings
 
@@ -224,7 +320,14 @@ ds = load_from_disk("hf")
 train = load_dataset("parquet", data_files="trl.parquet", split="train")  # GRPOTrainer(train_dataset=train, ...)
 ```
 
-verl: `data.train_files=<this folder>/verl.parquet`.
+verl: `data.train_files=<this folder>/verl.parquet`. verl's default reward does not know these `data_source`
+values; score with the same answer checker the selection was made with (it reads `extra_info.answer_alternatives`):
+
+```
+custom_reward_function.path={verl_reward_path()} custom_reward_function.name=compute_score
+```
+
+The reward's answer checker runs in worker processes: a script that calls it needs `if __name__ == "__main__":`.
 
 ## Versions
 

@@ -21,8 +21,11 @@ HISTOGRAMS = (
 )
 
 
-def compare_histogram(pool: np.ndarray, chosen: np.ndarray, xlabel: str, path: Path, *, log: bool = False) -> Path:
-    """Overlaid density histograms of a value in the pool and in the selection, on shared bins."""
+def compare_histogram(
+    pool: np.ndarray, chosen: np.ndarray, xlabel: str, path: Path, *, log: bool = False, note: str | None = None
+) -> Path:
+    """Overlaid density histograms of a value in the pool and in the selection, on shared bins; ``note`` is
+    printed under the axes (why a plot carries no information, e.g. a pass rate that is the same everywhere)."""
     from matplotlib.figure import Figure
 
     values = np.concatenate([pool, chosen])
@@ -42,8 +45,38 @@ def compare_histogram(pool: np.ndarray, chosen: np.ndarray, xlabel: str, path: P
     ax.set_ylabel("density")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    if note:
+        import textwrap
+
+        lines = textwrap.wrap(note, 95)
+        fig.set_figheight(3.6 + 0.18 * len(lines))
+        fig.subplots_adjust(bottom=0.14 + 0.05 * len(lines))
+        fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, color="firebrick", va="bottom")
+    fig.savefig(path, metadata={"Description": note} if note else None)  # the note is also a PNG text chunk
     return path
+
+
+def plot_notes(pool: pl.DataFrame) -> dict[str, str]:
+    """A note per figure whose value carries no signal in this pool: a constant pass rate (no rollouts, no
+    difficulty labels), and DES reduced to some of its terms (``curate.score.stage.des_warnings``)."""
+    notes = {}
+    if S.PASS_RATE in pool.columns and pool[S.PASS_RATE].drop_nulls().n_unique() == 1:
+        p = float(pool[S.PASS_RATE].drop_nulls()[0])
+        notes[S.PASS_RATE] = (
+            f"Every problem has the pass rate {p:.2f}: no rollouts and no difficulty labels, so this plot and DES's "
+            "difficulty and reward terms carry no information."
+        )
+    terms = {"difficulty": S.DES_D, "CoT length": S.DES_C, "reward": S.DES_R}
+    if all(c in pool.columns for c in terms.values()) and pool.height > 1:
+        constant = [n for n, c in terms.items() if pool[c].drop_nulls().n_unique() <= 1]
+        varying = [n for n in terms if n not in constant]
+        if constant and varying:
+            notes[S.DES] = (
+                f"DES terms {', '.join(constant)} are constant here: DES ranks by {' and '.join(varying)} alone."
+            )
+            if "CoT length" in varying and S.COT_SOURCE in pool.columns and (pool[S.COT_SOURCE] == "prompt").all():
+                notes[S.DES] += " With no solutions and no rollouts, that is the prompt length."
+    return notes
 
 
 def cluster_coverage(pool: pl.Series, chosen: pl.Series, path: Path) -> Path:
@@ -71,13 +104,15 @@ def cluster_coverage(pool: pl.Series, chosen: pl.Series, path: Path) -> Path:
 def selection_plots(pool: pl.DataFrame, selection: pl.DataFrame, out_dir: Path) -> list[Path]:
     """Every figure whose column has values in the pool; returns the written paths."""
     written = []
+    notes = plot_notes(pool)
     for column, name, label in HISTOGRAMS:
         if column not in pool.columns or column not in selection.columns:
             continue
         a = pool[column].drop_nulls().cast(pl.Float64).to_numpy()
         b = selection[column].drop_nulls().cast(pl.Float64).to_numpy()
         if len(a) and len(b):
-            written.append(compare_histogram(a, b, label, out_dir / name, log=column == S.PROMPT_CHARS))
+            note = notes.get(column)
+            written.append(compare_histogram(a, b, label, out_dir / name, log=column == S.PROMPT_CHARS, note=note))
     if pool.height and selection.height and pool[S.CLUSTER].n_unique() > 1:
         written.append(cluster_coverage(pool[S.CLUSTER], selection[S.CLUSTER], out_dir / "clusters.png"))
     return written

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,8 +28,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from curate import config, io
+from curate import config, io, prompts
 from curate import schema as S
+from curate.embed import EmbedConfig
+from curate.errors import ConfigError, InputError, MissingInput
 from curate.io import StageResult
 
 
@@ -39,6 +40,7 @@ DROP_ORDER = (
     "split_test",
     "contaminated",
     "duplicate",
+    "unverifiable_answer",
     "too_long",
     "zero_variance",
     "solved",
@@ -46,7 +48,8 @@ DROP_ORDER = (
     "below_min",
     "above_max",
 )
-_W, _KEY = "_weight", "_key"
+_KEY = "_key"
+UNVERIFIABLE = "unverifiable_answer"  # candidates' flag: no gold form the checker can verify (``answers``)
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,9 @@ class SelectConfig:
     = no diversity quotas.
     scores_file / scores_key / scores_col: an external table (JSON, JSONL, Parquet, CSV) joined by problem text
     (``scores_key``, hashed with schema.problem_id) or by ``problem_id``; several rows of one problem keep the max.
-    drop_*: which filters run. max_prompt_chars: longer problems are dropped as too_long (None = no bound).
+    drop_*: which filters run; ``drop_unverifiable`` leaves out problems whose gold answer the checker cannot verify
+    (prose, several values in a sentence; flagged ``unverifiable_answer`` at ingest): their RL reward would be wrong.
+    max_prompt_chars: longer problems are dropped as too_long (None = no bound).
     instruction: appended to the problem in the TRL/verl prompts. plots: write the PNG figures.
     embed: ``curate.embed.EmbedConfig`` settings used when re-clustering.
     """
@@ -81,12 +86,13 @@ class SelectConfig:
     scores_col: str = "score"
     drop_contaminated: bool = True
     drop_duplicates: bool = True
+    drop_unverifiable: bool = True
     drop_zero_variance: bool = True
     drop_solved: bool = True
     max_prompt_chars: int | None = 8192
-    instruction: str = S.INSTRUCTION_SUFFIX
+    instruction: str = prompts.INSTRUCTION
     plots: bool = True
-    embed: dict[str, Any] = field(default_factory=dict)
+    embed: EmbedConfig = field(default_factory=EmbedConfig)
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -102,7 +108,8 @@ class SelectConfig:
 
 
 def load_config(recipe: config.Recipe) -> SelectConfig:
-    return config.from_mapping(SelectConfig, recipe.stage_config("select"), "select")
+    """The recipe's ``select`` section; ``seed`` defaults to the recipe's."""
+    return config.from_mapping(SelectConfig, recipe.seeded_config("select"), "select")
 
 
 # --------------------------------------------------------------------------------------------------- pure parts
@@ -117,6 +124,7 @@ def drop_reason_expr(cfg: SelectConfig, column: str) -> pl.Expr:
         ("split_test", pl.col(S.SPLIT) == "test"),
         ("contaminated", pl.lit(cfg.drop_contaminated) & pl.col(S.CONTAMINATED)),
         ("duplicate", pl.lit(cfg.drop_duplicates) & (pl.col(S.DUPLICATE_OF) != pl.col(S.PROBLEM_ID))),
+        ("unverifiable_answer", pl.lit(cfg.drop_unverifiable) & pl.col(UNVERIFIABLE)),
         (
             "too_long",
             pl.lit(cfg.max_prompt_chars is not None) & (pl.col(S.PROMPT_CHARS) > (cfg.max_prompt_chars or 0)),
@@ -131,6 +139,18 @@ def drop_reason_expr(cfg: SelectConfig, column: str) -> pl.Expr:
     for reason, test in reversed(rules):
         expr = pl.when(test.fill_null(False)).then(pl.lit(reason)).otherwise(expr)
     return expr
+
+
+def unverifiable_expr() -> pl.Expr:
+    """True where no gold alternative is one the checker can verify (``answers.unverifiable_alternatives``)."""
+    from curate.verify.answers import unverifiable_alternatives
+
+    return (
+        pl.col(S.ANSWER_ALTERNATIVES)
+        .map_elements(lambda a: unverifiable_alternatives(list(a)) is not None, return_dtype=pl.Boolean)
+        .fill_null(False)
+        .alias(UNVERIFIABLE)
+    )
 
 
 def cluster_quotas(counts: dict[int, int], size: int) -> dict[int, int]:
@@ -170,7 +190,9 @@ def select_frame(
     column, sign = by_column(cfg.by)
     if column not in candidates.columns:
         numeric = sorted(c for c, t in candidates.schema.items() if t.is_numeric() and not c.startswith("_"))
-        raise ValueError(f"--by {column!r} is not a column of the candidates; numeric columns: {numeric}")
+        raise ConfigError(f"--by {column!r} is not a column of the candidates; numeric columns: {numeric}")
+    if UNVERIFIABLE not in candidates.columns:
+        candidates = candidates.with_columns(unverifiable_expr())
     frame = (
         candidates.sort(S.PROBLEM_ID)
         .with_columns(pl.col(column).cast(pl.Float64).fill_nan(None).alias(S.SELECT_SCORE))
@@ -218,7 +240,7 @@ def load_external_scores(path: str | Path, key: str, column: str) -> tuple[pl.Da
     """An external score table as [problem_id, column] (max per problem), plus counts for the summary."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"scores file {path} not found")
+        raise MissingInput(f"scores file {path} not found")
     suffix = path.suffix.lower()
     if suffix == ".json":
         raw = pl.DataFrame(json.loads(path.read_text(encoding="utf-8")))
@@ -230,7 +252,7 @@ def load_external_scores(path: str | Path, key: str, column: str) -> tuple[pl.Da
         raw = pl.read_parquet(path)
     missing = [c for c in (key, column) if c not in raw.columns]
     if missing:
-        raise ValueError(f"scores file {path} has no column(s) {missing}; columns: {raw.columns}")
+        raise InputError(f"scores file {path} has no column(s) {missing}; columns: {raw.columns}")
     ids = raw[key].cast(pl.String) if key == S.PROBLEM_ID else [S.problem_id(t) for t in raw[key].cast(pl.String)]
     table = (
         raw.select(pl.Series(S.PROBLEM_ID, ids, dtype=pl.String), pl.col(column).cast(pl.Float64))
@@ -269,7 +291,7 @@ def build_candidates(
     if external is not None:
         clash = [c for c in external.columns if c != S.PROBLEM_ID and c in frame.columns]
         if clash:
-            raise ValueError(f"--scores-col {clash} clashes with a pool column; rename it in the scores file")
+            raise InputError(f"--scores-col {clash} clashes with a pool column; rename it in the scores file")
         frame = frame.join(external, on=S.PROBLEM_ID, how="left", maintain_order="left")
     defaults = {
         S.CONTAMINATED: pl.lit(False), S.DUPLICATE_OF: pl.lit(None, pl.String), S.ZERO_VARIANCE: pl.lit(False),
@@ -292,54 +314,65 @@ def select_pool(
     force: bool = False,
     progress: bool = True,
 ) -> StageResult:
-    """Read the pool, select, and write ``selections/<name>/``; skipped when inputs and config match its manifest."""
-    t0 = time.perf_counter()
+    """Read the pool, select, and write ``selections/<name>/`` through ``io.run_wrapped`` (skipped when inputs,
+    config and code match its manifest). ``cfg.seed``, when set, wins over ``seed``."""
     from curate.select import export
 
+    seed = seed if cfg.seed is None else cfg.seed
     problems_path = ws.require_pool(pool)
     scores_path, filters_path = ws.table(pool, "scores"), ws.table(pool, "filters")
     paths = [problems_path, scores_path, filters_path] + ([Path(cfg.scores_file)] if cfg.scores_file else [])
-    inputs = io.hash_inputs(paths)
     out = ws.selection_dir(name)
     conf = asdict(cfg) | {"seed": seed, "pool": pool, "name": name}
-    stored = None if force else io.up_to_date(out, inputs, conf)
-    if stored is not None:
-        return StageResult("select", skipped=True, outputs=[str(out)], summary=stored["extra"]["summary"])
-    manifest = io.Manifest(stage="select", inputs=inputs, config=conf)
-    problems = io.read_parquet(problems_path, S.PROBLEMS)
-    scores = io.read_parquet(scores_path) if scores_path.is_file() else None
-    filters = io.read_parquet(filters_path, S.FILTERS) if filters_path.is_file() else None
-    external, external_info = None, None
-    if cfg.scores_file:
-        external, external_info = load_external_scores(cfg.scores_file, cfg.scores_key, cfg.scores_col)
-    if scores is None and by_column(cfg.by)[0] in (S.DES, S.PASS_RATE):
-        raise FileNotFoundError(
-            f"no scores for pool {pool!r} ({scores_path}); run `curate score --pool {pool}` first, or select "
-            "--by a column of the pool or of --scores-file"
+
+    def work(manifest: io.Manifest) -> io.StageOutput:
+        problems = io.read_parquet(problems_path, S.PROBLEMS)
+        scores = io.read_parquet(scores_path) if scores_path.is_file() else None
+        filters = io.read_parquet(filters_path, S.FILTERS) if filters_path.is_file() else None
+        external, external_info = None, None
+        if cfg.scores_file:
+            external, external_info = load_external_scores(cfg.scores_file, cfg.scores_key, cfg.scores_col)
+        if scores is None and by_column(cfg.by)[0] in (S.DES, S.PASS_RATE):
+            raise MissingInput(
+                f"no scores for pool {pool!r} ({scores_path}); run `curate score --pool {pool}` first, or select "
+                "--by a column of the pool or of --scores-file"
+            )
+        candidates = build_candidates(problems, scores, filters, external)
+        if cfg.clusters is not None:
+            candidates = _recluster(ws, candidates, cfg, seed, progress)
+        selection, drops, report = select_frame(candidates, cfg, seed)
+        summary = {
+            "selection": name,
+            "path": str(out),
+            "pool": pool,
+            **report,
+            "by": cfg.by,
+            "temperature": cfg.temperature,
+            "seed": seed,
+            "sources": dict(selection.group_by(S.SOURCE).len().sort(S.SOURCE).iter_rows()),
+            "warnings": _warnings(scores, filters, cfg, report) + score_warnings(io.read_manifest(scores_path), cfg),
+        }
+        if external_info is not None:
+            summary["scores_file"] = external_info | {"matched": int(candidates[cfg.scores_col].is_not_null().sum())}
+        result = io.StageOutput(
+            summary,
+            rows_in=candidates.height,
+            rows_out=selection.height,
+            drops=dict(report["dropped"]) | {"not_sampled": report["not_sampled"]},
+            extra={"score_manifest": io.read_manifest(scores_path)},
         )
-    candidates = build_candidates(problems, scores, filters, external)
-    if cfg.clusters is not None:
-        candidates = _recluster(ws, candidates, cfg, seed, progress)
-    selection, drops, report = select_frame(candidates, cfg, seed)
-    summary = {
-        "selection": name,
-        "path": str(out),
-        "pool": pool,
-        **report,
-        "by": cfg.by,
-        "temperature": cfg.temperature,
-        "seed": seed,
-        "sources": dict(selection.group_by(S.SOURCE).len().sort(S.SOURCE).iter_rows()),
-        "warnings": _warnings(scores, filters, cfg),
-    }
-    if external_info is not None:
-        summary["scores_file"] = external_info | {"matched": int(candidates[cfg.scores_col].is_not_null().sum())}
-    manifest.rows_in, manifest.rows_out = candidates.height, selection.height
-    manifest.drops = dict(report["dropped"]) | {"not_sampled": report["not_sampled"]}
-    manifest.extra = {"summary": summary, "score_manifest": io.read_manifest(scores_path)}
-    pool_rows = candidates.filter(pl.col(S.SPLIT) != "test")
-    export.write_selection(out, selection, pool_rows, drops, manifest, instruction=cfg.instruction, plots=cfg.plots)
-    return StageResult("select", outputs=[str(out)], summary=summary, wall_s=time.perf_counter() - t0)
+        # the dataset card inside the folder is written from the manifest: fill it before the folder is built
+        manifest.summary, manifest.rows_in, manifest.rows_out = summary, result.rows_in, result.rows_out
+        manifest.drops = dict(result.drops)
+        manifest.extra.update(result.extra)
+        pool_rows = candidates.filter(pl.col(S.SPLIT) != "test")
+        export.write_selection(
+            out, selection, pool_rows, drops, manifest, instruction=cfg.instruction, plots=cfg.plots
+        )
+        return result
+
+    with ws.lock("selection", name):  # one writer of the folder at a time, from the skip check to its manifest
+        return io.run_wrapped(ws, "select", inputs=paths, config=conf, outputs=[out], fn=work, force=force)
 
 
 def _recluster(
@@ -360,8 +393,17 @@ def _recluster(
     )
 
 
-def _warnings(scores: pl.DataFrame | None, filters: pl.DataFrame | None, cfg: SelectConfig) -> list[str]:
+def _warnings(
+    scores: pl.DataFrame | None, filters: pl.DataFrame | None, cfg: SelectConfig, report: dict[str, Any]
+) -> list[str]:
     out = []
+    size = cfg.effective_size()
+    if size and report["eligible"] < size:
+        dropped = ", ".join(f"{k}={v}" for k, v in report["dropped"].items()) or "none"
+        out.append(
+            f"size {size} asked for, but only {report['eligible']} rows pass the filters, so the selection has "
+            f"{report['selected']} (drops: {dropped})"
+        )
     if filters is None:
         out.append("no filters.parquet: not decontaminated or deduplicated (run the decontaminate stage)")
     if scores is None:
@@ -369,7 +411,23 @@ def _warnings(scores: pl.DataFrame | None, filters: pl.DataFrame | None, cfg: Se
     return out
 
 
-def run_stage(ws: io.Workspace, recipe: config.Recipe, *, force: bool = False) -> StageResult:
+def score_warnings(score_manifest: dict[str, Any] | None, cfg: SelectConfig) -> list[str]:
+    """The score stage's warnings (weak difficulty prior, constant DES terms) when the selection samples on a
+    score column, so the dataset card says when DES was reduced to prompt length."""
+    if not score_manifest or by_column(cfg.by)[0] not in SCORE_DRIVEN:
+        return []
+    return list((score_manifest.get("extra") or {}).get("warnings") or [])
+
+
+SCORE_DRIVEN = (S.DES, S.PASS_RATE, S.DIFFICULTY_SCORE, S.DES_D, S.DES_C, S.DES_R, S.PRIOR_PASS_RATE)
+
+
+def selection_name(cfg: SelectConfig, recipe: config.Recipe) -> str:
+    """The folder a recipe's select stage writes: ``select.name``, else the recipe's name."""
+    return cfg.name or recipe.name
+
+
+def run_stage(ws: io.Workspace, recipe: config.Recipe, *, force: bool = False, progress: bool = False) -> StageResult:
+    """The recipe's ``select`` stage on ``recipe.pool`` (seed: the section's, else the recipe's)."""
     cfg = load_config(recipe)
-    seed = recipe.seed if cfg.seed is None else cfg.seed
-    return select_pool(ws, recipe.pool, cfg, name=cfg.name or recipe.name, seed=seed, force=force, progress=False)
+    return select_pool(ws, recipe.pool, cfg, name=selection_name(cfg, recipe), force=force, progress=progress)

@@ -190,3 +190,185 @@ def answer_key(answer: str) -> str:
     True
     """
     return _KEY_DROP.sub("", normalize_answer(answer)).rstrip(".")
+
+
+# --------------------------------------------------------------------------------------------------- answer kinds
+# What the checker can and cannot judge, as pure string tests (issue 11): a value followed by a unit, "no solution"
+# and its synonyms, and gold answers it cannot verify at all (prose, several values joined in a sentence), which
+# ingest flags ``unverifiable_answer`` and selection leaves out of RL sets by default.
+_TEXT_CMD = re.compile(r"\\(?:text|textrm|textbf|textit|mbox|mathrm|operatorname)\s*\{([^{}]*)\}")
+_ENV = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}")
+UNIT_WORDS = frozenset(
+    """
+    m cm mm km nm um dm kg g mg lb lbs oz ton tons t s sec secs second seconds ms min mins minute minutes h hr hrs
+    hour hours day days week weeks month months year years yr yrs l ml liter liters litre litres gallon gallons
+    cup cups ft feet foot in inch inches yd yard yards mi mile miles mph kmh kph km/h m/s cm/s ft/s mi/h deg
+    degree degrees rad radian radians dollar dollars cent cents euro euros pound pounds unit units sq square
+    cubic cu meter meters metre metres centimeter centimeters kilometer kilometers millimeter millimeters
+    gram grams kilogram kilograms kcal cal calorie calories j kj joule joules w kw watt watts v volt volts
+    amp amps newton newtons pa kpa hz khz mhz kelvin people students person times
+    """.split()  # noqa: SIM905 (a word list reads better as text)
+)
+_UNIT_TAIL = re.compile(r"^(?P<value>.*?[\d}])\s+(?P<unit>(?:[A-Za-z]+(?:\s*\^\s*\{?-?\d+\}?)?(?:\s*/\s*|\s+|$))+)$")
+_NUMERIC_VALUE = re.compile(r"^[-+]?[\d.,\s{}()^/*+-]*$")
+_NUMERIC_CMDS = re.compile(r"\\(?:d?frac|tfrac|sqrt|pi|cdot|times|left|right|,|!|;|:)")
+_NO_SOLUTION = re.compile(
+    r"^(?:there\s+(?:is|are)\s+)?(?:no|not\s+any)\s+(?:real\s+|integer\s+|positive\s+|rational\s+|such\s+)?"
+    r"(?:solutions?|roots?|values?|answers?|numbers?)(?:\s+exists?)?$"
+    r"|^(?:none|dne|does\s+not\s+exist|the\s+empty\s+set|empty\s+set|\\emptyset|\\varnothing|\\\{\s*\\\})$"
+)
+_CONNECTOR = re.compile(r"(?i)(?:^|\s|\})(?:and|or)(?:\s|\\|$)")
+_TEXT_TAIL = re.compile(r"\\(?:text|textrm|mbox|mathrm)\s*\{\s*[A-Za-z][A-Za-z ]*\}\s*$")
+_LOWER_WORD = re.compile(r"(?<![\\A-Za-z])[a-z]{3,}(?![A-Za-z])")
+_ALTERNATIVES = re.compile(r"\\text\s*\{\s*OR\s*\}|\s+OR\s+")
+_MATH_WORDS = frozenset(
+    ("sin", "cos", "tan", "cot", "sec", "csc", "log", "exp", "max", "min", "gcd", "lcm", "mod", "arg", "det", "lim",
+     "inf", "sup")
+)  # fmt: skip
+
+
+def _plain(answer: str) -> str:
+    """The answer with ``\\text{...}``-like wrappers opened and LaTeX spacing as spaces (``\\%`` is math-verify's)."""
+    s = _TEXT_CMD.sub(lambda m: f" {m.group(1)} ", answer)
+    s = re.sub(r"\\[ ,;:!]|~|\\q?quad", " ", s)
+    return _WS.sub(" ", s).strip()
+
+
+def split_unit(answer: str) -> tuple[str, str] | None:
+    r"""``(value, unit)`` when ``answer`` is a numeric value followed only by unit words, else ``None``.
+
+    Units are words from ``UNIT_WORDS`` (with ``/`` and integer powers), in plain text or ``\text{}``. The value
+    must be numeric LaTeX (digits, ``\frac``, ``\sqrt``, ``\pi``): a variable before a word is not a value.
+
+    >>> split_unit("12 km/h"), split_unit(r"100\text{ square units}"), split_unit(r"5\text{ cm}^2")
+    (('12', 'km/h'), ('100', 'square units'), ('5', 'cm^2'))
+    >>> split_unit("3 x"), split_unit("12"), split_unit("7 minutes and 5 seconds")
+    (None, None, None)
+    """
+    s = _plain(answer)
+    m = _UNIT_TAIL.match(s)
+    if not m:
+        return None
+    value, unit = m.group("value").strip(), _WS.sub(" ", m.group("unit")).strip()
+    words = [w.lower() for w in re.findall(r"[A-Za-z]+", unit)]
+    compact = unit.replace(" ", "").lower()
+    labelled = bool(_TEXT_TAIL.search(answer))  # "7 \text{ distinct integers}": a counted noun, as good as a unit
+    if not words or not (labelled or all(w in UNIT_WORDS or compact in UNIT_WORDS for w in words)):
+        return None
+    bare = _NUMERIC_CMDS.sub(" ", value)
+    if not re.search(r"\d", bare) or not _NUMERIC_VALUE.match(bare):
+        return None
+    return value, re.sub(r"\s*([/^])\s*", r"\1", unit)
+
+
+def same_unit(a: str, b: str) -> bool:
+    """Whether two unit strings name the same unit (case, spaces and a plural ``s`` ignored).
+
+    >>> same_unit("km/h", "km / h"), same_unit("cm", "cms"), same_unit("m/s", "km/h")
+    (True, True, False)
+    """
+
+    def key(u: str) -> str:
+        return "/".join(w.rstrip("s") if len(w) > 2 else w for w in u.replace(" ", "").lower().split("/"))
+
+    return key(a) == key(b)
+
+
+def is_no_solution(answer: str) -> bool:
+    r"""Whether an answer says that there is no solution: ``no real solution``, ``\text{None}``, ``\emptyset``, ...
+
+    >>> is_no_solution(r"\text{no real solutions}"), is_no_solution(r"\varnothing"), is_no_solution("0")
+    (True, True, False)
+    """
+    s = _plain(normalize_answer(answer)).strip(" .").lower()
+    return bool(_NO_SOLUTION.match(s))
+
+
+def unverifiable_reason(answer: str) -> str | None:
+    r"""Why the checker cannot verify a gold answer (``prose``, ``several values in a sentence``), or ``None``.
+
+    Values with units and "no solution" answers are verifiable (the checker handles them); a single word such as
+    ``\text{odd}`` is compared as a string. Flagged: several values joined by "and"/"or" in text, and answers with
+    two or more words of prose.
+
+    >>> unverifiable_reason("12 km/h and 15 km/h"), unverifiable_reason("no real solution")
+    ('several values in a sentence', None)
+    >>> unverifiable_reason(r"\text{The sequence diverges}"), unverifiable_reason(r"\frac{1}{2}")
+    ('prose', None)
+    """
+    s = join_enumeration(normalize_answer(answer))
+    forms = split_alternatives(s)
+    if len(forms) > 1:  # "0.09 \text{ OR } \frac{9}{100}": equivalent forms, each checked on its own
+        return unverifiable_alternatives(forms)
+    if not s or is_no_solution(s) or split_unit(s) is not None:
+        return None
+    plain = _ENV.sub(" ", _plain(s))
+    pieces = [p for p in _CONNECTOR.split(plain) if p.strip(" ,.;")]
+    if len(pieces) >= 2:
+        return "several values in a sentence"
+    texts = " ".join(m.group(1) for m in _TEXT_CMD.finditer(s))
+    words = re.findall(r"[A-Za-z]{2,}", texts) + _LOWER_WORD.findall(_ENV.sub(" ", _TEXT_CMD.sub(" ", s)))
+    words = [w for w in words if w.lower() not in UNIT_WORDS | _MATH_WORDS]
+    return "prose" if len(words) >= 2 else None
+
+
+_OXFORD_AND = re.compile(r",\s*(?:\\text\s*\{\s*and\s*\}|and)\s*|\s*\\text\s*\{\s*,\s*and\s*\}\s*")
+
+
+def join_enumeration(answer: str) -> str:
+    r"""An enumeration written with a serial comma, as a plain comma list: ``2, 3, 	ext{ and } 4`` -> ``2, 3, 4``.
+
+    Only "a, b, and c" (a comma before "and") is an enumeration; "9 and -7" or "12 km/h and 15 km/h" stay as
+    they are (``unverifiable_reason`` flags them).
+
+    >>> join_enumeration(r"2, 3, \text{ and } 4"), join_enumeration(r"6, 8\text{, and }10")
+    ('2, 3, 4', '6, 8, 10')
+    >>> join_enumeration("9 and -7")
+    '9 and -7'
+    """
+    if "and" not in answer or "," not in answer:
+        return answer
+    return _OXFORD_AND.sub(", ", answer).strip()
+
+
+def split_alternatives(answer: str) -> list[str]:
+    r"""A gold written as equivalent forms joined by an upper-case ``OR`` (DeepScaleR's convention), as a list.
+
+    Lower-case "or" joins *different* values (two roots) and is not split.
+
+    >>> split_alternatives(r"0.09 \text{ OR } \frac{9}{100}"), split_alternatives("4 or -1")
+    (['0.09', '\\frac{9}{100}'], ['4 or -1'])
+    """
+    parts = [p.strip() for p in _ALTERNATIVES.split(answer) if p.strip()]
+    return parts if len(parts) > 1 else [answer]
+
+
+def unverifiable_alternatives(alternatives: list[str] | tuple[str, ...]) -> str | None:
+    """``unverifiable_reason`` of a problem's gold answers: a reason only when *no* alternative is verifiable."""
+    reasons = [unverifiable_reason(a) for a in alternatives or ()]
+    return reasons[0] if reasons and all(reasons) else None
+
+
+def unbalanced_reason(raw: Any, alternatives: list[str] | tuple[str, ...]) -> str | None:
+    r"""Why a gold answer cannot be parsed at all: an unclosed ``\boxed{``, or braces that do not balance.
+
+    Such a gold makes every completion look wrong (the problem looks hard to scoring and selection); ingest
+    quarantines it as ``unparseable_answer``. Escaped braces (``\{``, ``\}``) do not count.
+
+    >>> unbalanced_reason(r"\boxed{6", ["\\boxed{6"]), unbalanced_reason("}", ["}"]), unbalanced_reason("6", ["6"])
+    ('unclosed \\boxed{', 'unbalanced braces', None)
+    """
+    texts = [raw] if isinstance(raw, str) else []
+    texts += [a for a in alternatives or () if isinstance(a, str)]
+    for text in texts:
+        if any(cmd in text for cmd in _BOX_CMDS) and not find_boxed(text) and "{" in text:
+            return "unclosed \\boxed{"
+    for text in alternatives or ():
+        depth = 0
+        for c in re.sub(r"\\[{}]", "", text):
+            depth += 1 if c == "{" else -1 if c == "}" else 0
+            if depth < 0:
+                break
+        if depth != 0:
+            return "unbalanced braces"
+    return None

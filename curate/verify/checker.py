@@ -12,9 +12,12 @@ How one completion is judged:
    last ``</think>`` counts, and an unclosed ``<think>`` has no answer. Then the last non-empty ``\boxed{}`` (nested
    braces balanced); without one, the latest of ``#### n``, an ``A: n`` / ``Answer: n`` line and "the answer is ...".
    Several *different* boxed answers are a hedge and are ``wrong``, never ``correct``.
-3. Judge. Fast paths first: equal ``answers.answer_key`` is ``correct``; plain numbers are compared exactly
-   (``Decimal``), and two different integers are ``wrong``; numeric LaTeX (fractions, roots, pi, tuples of them) is
-   evaluated by ``verify_numeric`` and decided only when clearly equal or clearly different. The rest goes to
+3. Judge. Fast paths first: equal ``answers.answer_key`` is ``correct``; "no solution" and its synonyms
+   (``\emptyset``, ``None``) match only each other; plain numbers are compared exactly (``Decimal``), and two
+   different integers are ``wrong``; numeric LaTeX (fractions, roots, pi, tuples of them) is evaluated by
+   ``verify_numeric`` and decided only when clearly equal or clearly different. A value with a unit (``12 km/h``)
+   is compared by its value unless both sides name different units. Gold forms joined by an upper-case ``OR`` are
+   alternatives, and "a, b, and c" is the list "a, b, c". The rest goes to
    math-verify: the gold is parsed once per problem (cached in each worker), the candidate once per distinct answer,
    and any gold alternative may match.
 
@@ -36,7 +39,6 @@ and from the fast paths, which never reach math-verify. Scripts that call the po
 from __future__ import annotations
 
 import atexit
-import contextlib
 import functools
 import math
 import os
@@ -44,14 +46,25 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from curate import config as config_mod
 from curate.verify import numeric as verify_numeric
-from curate.verify.answers import PLAIN_NUMBER, answer_key, find_boxed, normalize_alternatives, normalize_answer
+from curate.verify.answers import (
+    PLAIN_NUMBER,
+    answer_key,
+    find_boxed,
+    is_no_solution,
+    join_enumeration,
+    normalize_alternatives,
+    normalize_answer,
+    same_unit,
+    split_alternatives,
+    split_unit,
+)
 
 
 # --------------------------------------------------------------------------------------------------- config
@@ -123,11 +136,14 @@ _PLACEHOLDER = re.compile(r"(?:\s|\?|\\[ ,;:!]|\\q?quad|\\square|\\Box|\\phantom
 
 
 _key = functools.lru_cache(maxsize=1 << 16)(answer_key)  # gold keys repeat across a problem's completions
+_no_solution = functools.lru_cache(maxsize=1 << 16)(is_no_solution)
+_unit = functools.lru_cache(maxsize=1 << 16)(split_unit)
 
 
 def _normalize(answer: Any) -> str:
-    r"""``answers.normalize_answer`` without currency signs (``\$18`` is 18), for golds and extracted answers alike."""
-    return normalize_answer(answer).replace("\\$", "").strip()
+    r"""``answers.normalize_answer`` without currency signs (``\$18`` is 18) and with "a, b, and c" as "a, b, c",
+    for golds and extracted answers alike."""
+    return join_enumeration(normalize_answer(answer).replace("\\$", "").strip())
 
 
 def _strip_echo(text: str, prompt: str) -> str:
@@ -222,6 +238,12 @@ def _fast(golds: tuple[str, ...], cand: str) -> str | None:
     ck = _key(cand)
     if any(_key(g) == ck for g in golds):
         return "correct"
+    no_solution = [_no_solution(g) for g in golds]
+    if any(no_solution) or _no_solution(cand):  # "no real solution" = "\emptyset" = "None"; never a value
+        if _no_solution(cand):
+            return "correct" if any(no_solution) else "wrong"
+        if all(no_solution):
+            return "wrong"
     cn = _number(cand)
     if cn is not None:
         gns = [_number(g) for g in golds]
@@ -233,12 +255,25 @@ def _fast(golds: tuple[str, ...], cand: str) -> str | None:
 
 
 def _golds(gold: Any) -> tuple[str, ...]:
+    """Normalized gold alternatives; ``a \\text{ OR } b`` (equivalent forms, DeepScaleR) counts as two."""
     if hasattr(gold, "tolist") or hasattr(gold, "to_list"):  # a numpy array / polars series from a list column
         gold = gold.tolist() if hasattr(gold, "tolist") else gold.to_list()
-    if isinstance(gold, list | tuple):
-        return tuple(dict.fromkeys(n for n in (_normalize(g) for g in normalize_alternatives(list(gold))) if n))
-    norm = _normalize(gold)
-    return (norm,) if norm else ()
+    items = normalize_alternatives(list(gold)) if isinstance(gold, list | tuple) else [gold]
+    forms = (_normalize(f) for g in items for f in split_alternatives(_normalize(g)))
+    return tuple(dict.fromkeys(n for n in forms if n))
+
+
+def _without_units(golds: tuple[str, ...], cand: str) -> tuple[tuple[str, ...], str] | None:
+    """Golds and candidate with a trailing unit removed (``12 km/h`` -> ``12``), when a unit is involved and the
+    two sides do not name different units; else None. Only values are compared then (``12`` = ``12 km/h``)."""
+    cu = _unit(cand)
+    gus = [_unit(g) for g in golds]
+    if cu is None and not any(gus):
+        return None
+    values = tuple(
+        gu[0] if gu else g for g, gu in zip(golds, gus, strict=True) if not (gu and cu and not same_unit(gu[1], cu[1]))
+    )
+    return (values, cu[0] if cu else cand) if values else None
 
 
 _MV: Any = None
@@ -407,6 +442,11 @@ def _screen(
     if not golds:
         return Verdict("unparseable", False, answer, GOLD_UNPARSEABLE), None
     fast = _fast(golds, answer)
+    if fast is None and (unitless := _without_units(golds, answer)) is not None:
+        golds, cand = unitless  # the values alone, also for math-verify (which does not read "km/h")
+        fast = _fast(golds, cand)
+        if fast is None:
+            return None, (golds, cand, False)
     if fast is not None:
         return Verdict(fast, fast == "correct", answer, how), None
     return None, (golds, answer, False)
@@ -479,7 +519,9 @@ def check_batch(
         else:
             unique.setdefault(task, []).append(i)
     tasks = sorted(unique)  # same gold side by side: parsed once per chunk and cached in the worker
-    with _progress(progress, n) as advance:
+    from curate.progress import bar  # here, not at the top: spawn workers import this module
+
+    with bar(n, "verify", enabled=progress, unit="completions") as advance:
         advance(n - sum(len(v) for v in unique.values()))
         results = _run_tasks(tasks, cfg, workers, lambda tid: advance(len(unique[tasks[tid]])))
     for task, result in zip(tasks, results, strict=True):
@@ -512,18 +554,3 @@ def equivalent_batch(pairs: Sequence[tuple[str, str]], cfg: VerifyConfig = DEFAU
         for i in unique[task]:
             out[i] = verdict == "correct"
     return out  # type: ignore[return-value]
-
-
-@contextlib.contextmanager
-def _progress(show: bool, total: int) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar on stderr while the block runs (or nothing); yields the function that advances it."""
-    if not show:
-        yield lambda k: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    columns = (TextColumn("verify"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("verify", total=total)
-        yield lambda k: bar.advance(task, k)

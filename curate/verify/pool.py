@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from collections import deque
 from collections.abc import Callable
@@ -22,6 +23,40 @@ from typing import Any
 
 
 START_TIMEOUT_S = 120.0  # a fresh worker imports its libraries first (sympy: seconds on a busy machine)
+GUARD_HINT = (
+    "a script that checks answers (curate verify, a training reward) must put its work under `if __name__ == "
+    '"__main__":`, because every worker process re-imports the main script (multiprocessing "spawn")'
+)
+_GUARD = re.compile(r"""^\s*if\s+(?:__name__\s*==\s*['"]__main__['"]|['"]__main__['"]\s*==\s*__name__)\s*:""", re.M)
+_warned: set[str] = set()
+
+
+def unguarded_main(path: str | os.PathLike | None) -> bool:
+    """Whether the script at ``path`` (the ``__main__`` module's file) has no ``if __name__ == "__main__":``.
+
+    Spawned workers import the main script again: without the guard they re-run it, and the run dies with
+    multiprocessing's "bootstrapping phase" error. ``None`` (an interactive session, ``python -c``) is fine.
+    """
+    if not path or not os.path.isfile(path):
+        return False
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            source = fh.read(2_000_000)
+    except OSError:
+        return False
+    return _GUARD.search(source) is None
+
+
+def warn_unguarded_main() -> None:
+    """Warn once per script when the main module has no ``__main__`` guard (see ``unguarded_main``)."""
+    import sys
+    import warnings
+
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if path and path not in _warned and unguarded_main(path):
+        _warned.add(path)
+        message = f'{path} has no `if __name__ == "__main__":` guard: {GUARD_HINT}'
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def _worker_main(conn: Any, init: Callable[[], Any], handle: Callable, memory_mb: int) -> None:
@@ -84,6 +119,9 @@ class Pool:
     def __init__(self, n: int, init: Callable[[], Any], handle: Callable, memory_mb: int = 0) -> None:
         import multiprocessing
 
+        if getattr(multiprocessing.current_process(), "_inheriting", False):  # a worker re-importing the script
+            raise RuntimeError(f"a verify worker is re-running the main script: {GUARD_HINT}")
+        warn_unguarded_main()
         self.ctx = multiprocessing.get_context("spawn")
         self.init, self.handle, self.memory_mb = init, handle, memory_mb
         self.pid = os.getpid()
@@ -123,7 +161,7 @@ class Pool:
 
         def fail(w: _Worker, result: tuple[str, str]) -> None:
             if not w.ready:
-                raise RuntimeError(f"a verify worker failed to start ({result[1]}); see its stderr")
+                raise RuntimeError(f"a verify worker failed to start ({result[1]}); see its stderr. {GUARD_HINT}")
             finish(w.pending.popleft(), result)
             if w.pending:
                 queue.appendleft(list(w.pending))

@@ -179,8 +179,8 @@ def test_stage_writes_filters_and_replaces_its_quarantine_rows(frames, ws):
     assert dup[S.PROBLEM_ID] == S.problem_id(TRAIN[5][0]) and dup[S.DUPLICATE_OF] == S.problem_id(TRAIN[6][0])
     assert dup[S.CLUSTER_SIZE] == 2
 
-    def quarantine() -> pl.DataFrame:
-        return io.read_parquet(ws.table("p", "quarantine"), S.QUARANTINE)
+    def quarantine() -> pl.DataFrame:  # every stage's quarantine file (decontaminate owns its own)
+        return io.read_quarantine(ws, "p")
 
     q = quarantine()
     assert q.group_by(S.STAGE, S.DROP_REASON).len().sort(S.STAGE, S.DROP_REASON).rows() == [
@@ -286,4 +286,4 @@ def test_pool_without_benchmarks_flags_nothing(ws, frames):
     result = decontaminate_pool(ws, "solo", cfg)
     assert result.summary["contaminated"] == 0 and result.summary["kept"] == train.height
     assert io.read_parquet(ws.table("solo", "filters"), S.FILTERS).height == train.height
-    assert io.read_parquet(ws.table("solo", "quarantine"), S.QUARANTINE).height == 0
+    assert io.read_parquet(ws.quarantine_path("solo", "decontaminate"), S.QUARANTINE).height == 0

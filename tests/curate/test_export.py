@@ -49,7 +49,7 @@ def manifest(n: int) -> io.Manifest:
         "sources": {"toy-a": 8, "toy-b": 4},
         "warnings": ["no filters.parquet: not decontaminated"],
     }
-    return io.Manifest(stage="select", config={"max_prompt_chars": 8192}, extra={"summary": summary})
+    return io.Manifest(stage="select", config={"max_prompt_chars": 8192}, summary=summary)
 
 
 def test_trl_frame_is_conversational_and_in_rank_order():
@@ -64,7 +64,9 @@ def test_verl_frame_layout():
     assert row["data_source"] == "toy-a" and row["ability"] == "math"
     assert row["prompt"] == [{"role": "user", "content": "What is 11+11? Think."}]
     assert row["reward_model"] == {"ground_truth": "22", "style": "rule"}
-    assert row["extra_info"] == {"index": 0, "problem_id": f"{11:016x}", "split": "train"}
+    assert row["extra_info"] == {
+        "index": 0, "problem_id": f"{11:016x}", "split": "train", "answer_alternatives": ["22"]
+    }  # fmt: skip
 
 
 def test_write_selection_folder_loads_everywhere_and_replaces_atomically(tmp_path):
@@ -88,7 +90,7 @@ def test_write_selection_folder_loads_everywhere_and_replaces_atomically(tmp_pat
     assert "| contaminated | 2 |" in card and "Seed: 7" in card and "no filters.parquet" in card
     assert "RECONSTRUCTED" in card and 'load_from_disk("hf")' in card
     stored = io.read_manifest(out)
-    assert stored["extra"]["summary"]["selected"] == 12 and "trl.parquet" in stored["extra"]["files"]
+    assert stored["summary"]["selected"] == 12 and "trl.parquet" in stored["extra"]["files"]
     # a second write swaps the whole folder: nothing of the old one (here its figures) survives
     export.write_selection(out, table.head(3), pool, drops, manifest(3), instruction=" Think.", plots=False)
     assert pl.read_parquet(out / "selection.parquet").height == 3 and not (out / "des.png").exists()

@@ -272,7 +272,8 @@ def test_ids_stable_reingest_is_noop_and_adds_only_new(ws, tmp_path):
 
 
 def test_quarantine_rows_of_other_stages_survive_reingest(ws, tmp_path):
-    from curate.io import write_parquet
+    """Each stage owns its quarantine file: a re-ingest replaces only ingest's, and readers see every stage's."""
+    from curate.io import read_quarantine, write_parquet
 
     a = tmp_path / "a.jsonl"
     a.write_text(json.dumps({"problem": "Q1", "answer": "1"}) + "\n" + json.dumps({"problem": "Q2"}) + "\n")
@@ -293,7 +294,8 @@ def test_quarantine_rows_of_other_stages_survive_reingest(ws, tmp_path):
         ],
         schema=S.QUARANTINE,
     )
-    write_parquet(pl.concat([q, extra]), ws.table("p", "quarantine"), S.QUARANTINE)
+    assert q[S.STAGE].to_list() == ["ingest"]
+    write_parquet(extra, ws.quarantine_path("p", "decontaminate"), S.QUARANTINE)
     _ingest(ws, "p", a, max_problem_chars=10_000)  # config change forces a rebuild
-    stages = _quarantine(ws, "p")[S.STAGE].to_list()
-    assert sorted(stages) == ["decontaminate", "ingest"]
+    assert _quarantine(ws, "p")[S.STAGE].to_list() == ["ingest"]
+    assert sorted(read_quarantine(ws, "p")[S.STAGE].to_list()) == ["decontaminate", "ingest"]

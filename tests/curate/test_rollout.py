@@ -101,9 +101,10 @@ def test_hf_rollout_ledger_and_stats(ws, tiny):
         "other_rank": 0,
         "planned": 9,
     }
-    # the manifest sits beside the model's folder, which holds parquet parts only
+    # one manifest naming rule (io.manifest_path): the model's folder holds its parquet parts and manifest.json
+    assert rollout.manifest_path(ws, POOL, str(path)) == ws.ledger_dir(POOL, str(path)) / "manifest.json"
     assert rollout.manifest_path(ws, POOL, str(path)).is_file()
-    assert {p.suffix for p in ws.ledger_dir(POOL, str(path)).iterdir()} == {".parquet"}
+    assert {p.name for p in ws.ledger_dir(POOL, str(path)).iterdir() if p.suffix != ".parquet"} == {"manifest.json"}
 
     # the same job again: nothing missing, nothing written
     files = stats.ledger_files(ws, POOL)
