@@ -8,6 +8,7 @@ the training issue.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -60,6 +61,320 @@ def reward(
             typer.echo(f"{k:>24}: {v}")
 
 
+@app.command("eval")
+def eval_(
+    model_dir: Annotated[Path, typer.Argument(help="Model folder (save_pretrained model + tokenizer).")],
+    pool: Annotated[str, typer.Option(help="Pool whose held-out problems are used.")],
+    home: Annotated[Path | None, typer.Option(help="Workspace root (default $CURATE_HOME or ./workspace).")] = None,
+    split: Annotated[str, typer.Option(help="Split of the pool's problems to evaluate on.")] = "test",
+    k: Annotated[int, typer.Option(help="Samples per problem (pass@1 = mean@k).")] = 4,
+    limit: Annotated[int | None, typer.Option(help="At most this many problems (the first by problem_id).")] = None,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.6,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling.")] = 1.0,
+    max_new_tokens: Annotated[int, typer.Option(help="Generation budget per sample.")] = 4096,
+    batch_size: Annotated[int, typer.Option(help="Sequences per generate call.")] = 32,
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1 ...")] = "auto",
+    threads: Annotated[int, typer.Option(help="torch CPU threads (0: torch's default; 1 is often faster).")] = 0,
+    out: Annotated[Path | None, typer.Option(help="Write the per-problem table to this Parquet file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Held-out pass@1 (mean@k) +- standard error of a model on a pool's test problems."""
+    from curate import io
+    from training.evaluate import EvalConfig, evaluate, heldout_problems
+
+    if not (model_dir / "config.json").is_file():
+        typer.echo(f"error: {model_dir} is not a model folder (no config.json)", err=True)
+        raise typer.Exit(2)
+    try:
+        problems = heldout_problems(home, pool, split=split, limit=limit)
+    except (FileNotFoundError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    cfg = EvalConfig(
+        k=k,
+        temperature=temperature,
+        top_p=top_p,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        seed=seed,
+        device=device,
+        threads=threads,
+    )
+    result = evaluate(model_dir, problems, cfg)
+    table = result.pop("per_problem")
+    if out is not None:
+        io.write_parquet(table, out)
+    if as_json:
+        sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
+        return
+    typer.echo(
+        f"pass@1 = {result['pass_at_1']:.4f} +- {result['stderr']:.4f} (SE) over {result['n_problems']} "
+        f"{split} problems x {result['k']} samples ({result['runtime_s']:.1f} s)"
+    )
+    typer.echo(f"verdicts: {result['verdicts']}, truncated: {result['truncation_rate']:.1%}")
+    if result["warning"]:
+        typer.echo(f"warning: {result['warning']}", err=True)
+
+
+@app.command()
+def fit(
+    source: Annotated[Path, typer.Argument(help="Run folder with eval.parquet, or CSV/Parquet: compute, pass_at_1.")],
+    skip_frac: Annotated[float, typer.Option(help="Leave out points below this fraction of the max compute.")] = 0.25,
+    min_compute: Annotated[float | None, typer.Option(help="Leave out points below this compute instead.")] = None,
+    r0: Annotated[float | None, typer.Option(help="Initial pass rate (default: the first point's).")] = None,
+    extrapolate: Annotated[list[float] | None, typer.Option(help="Predict the pass rate at this compute.")] = None,
+    margin: Annotated[float, typer.Option(help="'asymptote near' when within this of A.")] = 0.02,
+    unit: Annotated[str, typer.Option(help="Compute unit, for the report and plot.")] = "compute",
+    no_plot: Annotated[bool, typer.Option("--no-plot", help="Do not write fit.png.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print fit.json's content.")] = False,
+) -> None:
+    """Fit ScaleRL's sigmoid R(C) to an eval curve; writes fit.json (and fit.png) beside it and prints A, B, C_mid."""
+    from training.scaling import FitConfig, fit_run
+
+    cfg = FitConfig(skip_frac=skip_frac, min_compute=min_compute, r0=r0, near_margin=margin, compute_unit=unit)
+    try:
+        result = fit_run(source, cfg, extrapolate_to=extrapolate, plot=not no_plot)
+    except (FileNotFoundError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if as_json:
+        sys.stdout.write(json.dumps(result, indent=2, default=float) + "\n")
+        return
+    f = result["fit"]
+    band = f["band"] or {}
+
+    def rng(name: str, fmt: str) -> str:
+        return f" [{format(band[name][0], fmt)}, {format(band[name][1], fmt)}]" if name in band else ""
+
+    typer.echo(f"A     = {f['A']:.4f}{rng('A', '.4f')}   (asymptotic pass rate)")
+    typer.echo(f"B     = {f['B']:.4f}{rng('B', '.4f')}   (scaling exponent)")
+    typer.echo(f"C_mid = {f['C_mid']:.6g}{rng('C_mid', '.6g')}   ({f['compute_unit']} at half the gain)")
+    typer.echo(
+        f"R0    = {f['R0']:.4f}; fitted {f['n_fit']} of {f['n_points']} points (compute >= {f['skip_below']:g}); "
+        f"band {f['band_level']:.0%}; {f['runtime_s']:.2f} s"
+    )
+    for p in result["predictions"]:
+        typer.echo(f"R({p['compute']:g}) = {p['pass_at_1']:.4f} [{p['band'][0]:.4f}, {p['band'][1]:.4f}]")
+    typer.echo(result["advice"]["message"])
+    for w in f["warnings"]:
+        typer.echo(f"warning: {w}", err=True)
+
+
+def _config_mapping(config: Path | None, sets: list[str] | None) -> tuple[dict, dict]:
+    """(YAML file content, ``--set key=value`` overrides) for a verb's strict config loader."""
+    import yaml
+
+    from curate.config import parse_overrides
+
+    data = {}
+    if config is not None:
+        if not config.is_file():
+            raise FileNotFoundError(f"config {config} not found")
+        data = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
+    return data, parse_overrides(sets)
+
+
+def _report(payload: dict, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+    else:
+        for k, v in payload.items():
+            typer.echo(f"{k:>22}: {v}")
+
+
+_SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override a config key: --set learning_rate=1e-4.")]
+_JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+
+
+@app.command("init-tiny")
+def init_tiny(
+    out: Annotated[Path, typer.Argument(help="Folder to write the model, tokenizer and card to.")],
+    size: Annotated[str, typer.Option(help="tiny (~0.2M parameters, tests) or small (~1M, the built-in chain).")] = (
+        "small"
+    ),
+    seed: Annotated[int, typer.Option(help="Weight initialisation seed.")] = 0,
+    as_json: _JsonOpt = False,
+) -> None:
+    """Build a random-init tiny Qwen2 + tokenizer for the built-in generator's problems (no download)."""
+    from curate.errors import CurateError
+    from training.tiny import TinyConfig, init_tiny
+
+    try:
+        path = init_tiny(out, TinyConfig(size=size, seed=seed))
+    except (CurateError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    from training.card import read_lineage
+
+    _report({"model": str(path), **read_lineage(path)["metrics"]}, as_json)
+
+
+@app.command()
+def sft(
+    data: Annotated[Path, typer.Option(help="Parquet of conversational prompt/completion rows (curate solutions).")],
+    out: Annotated[Path, typer.Option(help="Run folder: checkpoints/, final/, metrics.json, quarantine.parquet.")],
+    model: Annotated[str | None, typer.Option(help="Starting model (hub id or folder); else the config's.")] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML file of SFTRunConfig keys.")] = None,
+    set_: _SetOpt = None,
+    as_json: _JsonOpt = False,
+) -> None:
+    """Supervised fine-tuning (TRL SFTTrainer, completion-only loss); re-running resumes or skips."""
+    from curate.errors import CurateError
+    from training.sft import load_config, train_sft
+
+    try:
+        cfg = load_config(*_config_mapping(config, set_))
+        with contextlib.redirect_stdout(sys.stderr):  # the trainer's log lines; stdout keeps the result alone
+            metrics = train_sft(cfg, model=model, data=data, out_dir=out)
+    except (CurateError, FileNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    _report({"final": str(out / "final"), **metrics}, as_json)
+
+
+@app.command()
+def redistill(
+    initial: Annotated[str, typer.Option(help="The INITIAL policy (before RL) to fine-tune.")],
+    ledger: Annotated[str, typer.Option(help="RL rollout ledger: a folder of parquet parts, or a glob.")],
+    problems: Annotated[Path, typer.Option(help="Problems parquet (problem_id, problem) of the pool.")],
+    out: Annotated[Path, typer.Option(help="Run folder (redistill.parquet, final/, metrics.json).")],
+    last_steps: Annotated[int | None, typer.Option(help="Window of latest RL steps per run (default 10).")] = None,
+    per_problem: Annotated[int | None, typer.Option(help="Solutions per problem (default 1).")] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML file of RedistillConfig keys (sft: {...}).")] = None,
+    set_: _SetOpt = None,
+    as_json: _JsonOpt = False,
+) -> None:
+    """CoScale-RL re-distillation: SFT the initial model on the latest correct RL solutions per problem."""
+    from curate.errors import CurateError
+    from training.redistill import load_config
+    from training.redistill import redistill as run
+
+    try:
+        data, overrides = _config_mapping(config, set_)
+        if last_steps is not None:
+            overrides["last_steps"] = last_steps
+        if per_problem is not None:
+            overrides["per_problem"] = per_problem
+        with contextlib.redirect_stdout(sys.stderr):  # the trainer's log lines; stdout keeps the result alone
+            metrics = run(load_config(data, overrides), initial=initial, ledger=ledger, problems=problems, out_dir=out)
+    except (CurateError, FileNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    _report({"final": str(out / "final"), **metrics}, as_json)
+
+
+@app.command()
+def merge(
+    models: Annotated[list[Path], typer.Argument(help="Two or more model folders of the same architecture.")],
+    out: Annotated[Path, typer.Option(help="Output model folder.")],
+    base: Annotated[Path | None, typer.Option(help="Base model (required for ties and task_arithmetic).")] = None,
+    method: Annotated[str, typer.Option(help="linear, ties or task_arithmetic.")] = "linear",
+    weights: Annotated[str | None, typer.Option(help="Comma-separated weight per model, e.g. 0.5,0.5.")] = None,
+    density: Annotated[float, typer.Option(help="TIES: fraction of each task vector kept (1.0 keeps all).")] = 1.0,
+    as_json: _JsonOpt = False,
+) -> None:
+    """Merge fine-tuned models tensor by tensor (peft merge_utils); refuses different architectures."""
+    from curate.errors import CurateError
+    from training.merge import MergeConfig, merge_models
+
+    try:
+        w = tuple(float(x) for x in weights.split(",")) if weights else None
+        summary = merge_models(models, base=base, out_dir=out, cfg=MergeConfig(method=method, weights=w,
+                                                                                density=density))  # fmt: skip
+    except (CurateError, FileNotFoundError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    _report({"out": str(out), **summary}, as_json)
+
+
+@app.command()
+def rl(
+    model: Annotated[str, typer.Option(help="Starting policy: a saved model folder or hub id (vLLM: a folder).")],
+    train: Annotated[Path, typer.Option(help="The stage's prompts: a curriculum shard or a selection's trl.parquet.")],
+    out: Annotated[Path, typer.Option(help="Run folder: config.json, metrics.parquet, checkpoints/, final/.")],
+    config: Annotated[Path | None, typer.Option(help="YAML of RLConfig keys (or a file with an `rl:` key).")] = None,
+    set_: _SetOpt = None,
+    home: Annotated[Path | None, typer.Option(help="Curate workspace of --pool (default $CURATE_HOME).")] = None,
+    pool: Annotated[str | None, typer.Option(help="Pool whose rollout ledger receives the rollouts.")] = None,
+    as_json: _JsonOpt = False,
+) -> None:
+    """RL on one stage (GRPO / DAPO / CISPO via TRL), prompts served by the online curriculum.
+
+    Re-running the same command resumes from the last checkpoint (nothing trained twice) or prints the summary.
+
+    Config keys: see training.rl.RLConfig (loss_type, num_generations, prompts_per_step, max_steps, ...).
+
+    Example: training rl --model runs/sft/final --train stage1.parquet --out runs/rl1 --set max_steps=160
+    """
+    from curate.errors import CurateError
+    from training.rl import load_rl_config, train_rl
+
+    try:
+        cfg = load_rl_config(*_config_mapping(config, set_))
+        summary = train_rl(cfg, model=model, train=train, out_dir=out, home=home, pool=pool)
+    except (CurateError, FileNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    _report(summary, as_json)
+
+
+@app.command("run")
+def run_(
+    recipe: Annotated[Path, typer.Option("--recipe", "-r", help="training/recipes/<model>/<method>.yaml")],
+    set_: _SetOpt = None,
+    home: Annotated[Path | None, typer.Option(help="Workspace root (else $CURATE_HOME, recipe, ./workspace).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Run folder (default <workspace>/runs/<recipe name>).")] = None,
+    as_json: _JsonOpt = False,
+) -> None:
+    """The whole chain from one recipe: curation, starting model, SFT, RL stages, re-distillation, eval, fit.
+
+    Prints the held-out pass rate after every step. Re-running the same command resumes where it stopped.
+
+    Example: training run --recipe training/recipes/tiny/fastcurl.yaml
+    """
+    from curate.config import parse_overrides
+    from training.runner import load_recipe, run_chain
+
+    summary = run_chain(load_recipe(recipe, parse_overrides(set_)), home=home, out=out)
+    if as_json:
+        sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
+    else:
+        typer.echo(f"run folder: {summary['run_dir']}  ({summary['wall_s']:.0f} s)")
+
+
+@app.command("show")
+def show(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder (training run) or a model folder with lineage.json.")],
+    as_json: _JsonOpt = False,
+) -> None:
+    """A run's chain (each step's model, held-out pass rate, wall time) or a model's lineage."""
+    from training.card import read_lineage
+
+    chain = run_dir / "chain.json"
+    if chain.is_file():
+        payload = json.loads(chain.read_text())
+        fit = run_dir / "fit.json"
+        if fit.is_file():
+            payload["fit"] = json.loads(fit.read_text()).get("advice")
+    elif (run_dir / "lineage.json").is_file():
+        payload = read_lineage(run_dir)
+    else:
+        raise FileNotFoundError(f"{run_dir} has neither chain.json (a run) nor lineage.json (a model)")
+    if as_json:
+        sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+        return
+    for step in payload.get("steps", []):
+        typer.echo(
+            f"{step['step']:<24} pass@1 {step.get('pass_at_1', float('nan')):.3f} ± {step.get('stderr', 0):.3f}  "
+            f"{step.get('wall_s', 0):>6.0f} s  {step['model']}"
+        )
+    if "steps" not in payload:
+        _report(payload, False)
+    elif payload.get("fit"):
+        typer.echo(f"fit: {payload['fit']}")
+
+
 @app.callback()
 def _root() -> None:
     """Train on curated shards."""
@@ -67,7 +382,7 @@ def _root() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point; returns the exit code."""
-    from curate.cli_common import run_app
+    from curate.cli.common import run_app
 
     return run_app(app, argv)
 

@@ -1,0 +1,163 @@
+"""`training sft`: TRL SFTTrainer on conversational solution rows, on a random-init tiny model (CPU, seconds).
+
+What a user relies on: the loss on the solutions goes down and the weights change, only completion tokens carry
+labels, over-length rows are quarantined (not truncated), a re-run resumes from the last checkpoint or skips a
+finished run, the result is a loadable model folder with a card, and packing is refused without flash-attention.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import polars as pl
+import pytest
+
+
+MAX_LENGTH = 160
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from training.tiny import TinyConfig, init_tiny
+
+    return init_tiny(tmp_path_factory.mktemp("sft") / "init", TinyConfig(size="tiny", corpus_problems=500))
+
+
+@pytest.fixture(scope="module")
+def rows_file(tmp_path_factory):
+    """16 level-1 arithmetic reference solutions + one row far over MAX_LENGTH tokens."""
+    from curate.ingest.generate import generate
+    from curate.prompts import sft_row
+
+    problems = list(generate(16, seed=0, family="arith", min_level=1, max_level=1))
+    rows = [{**sft_row(p["problem"], p["solution"]), "problem_id": f"p{i}"} for i, p in enumerate(problems)]
+    long = problems[0]["solution"] * 20
+    rows.append({**sft_row(problems[0]["problem"], long), "problem_id": "long"})
+    path = tmp_path_factory.mktemp("data") / "sft.parquet"
+    pl.DataFrame(rows).write_parquet(path)
+    return path
+
+
+def _completion_nll(model_dir, path) -> float:
+    """Mean per-token NLL of the completions of the (short) rows in ``path``, prompt tokens masked."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    total, count = 0.0, 0
+    for row in pl.read_parquet(path).filter(pl.col("problem_id") != "long").to_dicts():
+        p = tok.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+        full = tok.apply_chat_template(row["prompt"] + row["completion"], tokenize=False)
+        p_ids = tok(p, add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([tok(full, add_special_tokens=False)["input_ids"]])
+        labels = ids.clone()
+        labels[0, : len(p_ids)] = -100
+        with torch.no_grad():
+            n = int((labels[0, 1:] != -100).sum())
+            total += float(model(input_ids=ids, labels=labels).loss) * n
+            count += n
+    return total / count
+
+
+def _cfg(**kw):
+    from training.sft import SFTRunConfig
+
+    base = dict(learning_rate=3e-3, epochs=3.0, per_device_batch_size=4, max_length=MAX_LENGTH, save_steps=4,
+                logging_steps=1, warmup_ratio=0.0, torch_threads=1)  # fmt: skip
+    return SFTRunConfig(**{**base, **kw})
+
+
+def test_sft_trains_on_solutions_quarantines_long_rows_and_resumes(tiny, rows_file, tmp_path, capsys):
+    from transformers import AutoModelForCausalLM
+
+    from training.card import read_lineage
+    from training.cli import main
+    from training.sft import train_sft
+
+    out = tmp_path / "run"
+    metrics = train_sft(_cfg(), model=str(tiny), data=rows_file, out_dir=out)
+
+    # trained: the solutions' loss fell and the weights moved
+    assert metrics["steps"] == 12 and metrics["rows"] == 17 and metrics["rows_trained"] == 16
+    assert metrics["train_loss_last"] < metrics["train_loss_first"]
+    assert _completion_nll(out / "final", rows_file) < _completion_nll(tiny, rows_file) - 0.5
+    before = AutoModelForCausalLM.from_pretrained(tiny).state_dict()
+    after = AutoModelForCausalLM.from_pretrained(out / "final").state_dict()
+    assert before.keys() == after.keys() and all(not before[k].equal(after[k]) for k in before)
+
+    # the over-length row is quarantined with its reason, never truncated into the training set
+    q = pl.read_parquet(out / "quarantine.parquet")
+    assert q["problem_id"].to_list() == ["long"] and q["drop_reason"].to_list() == ["too_long"]
+    assert q["tokens"][0] > MAX_LENGTH and metrics["dropped"] == {"too_long": 1}
+    assert json.loads((out / "metrics.json").read_text())["train_loss_last"] == metrics["train_loss_last"]
+
+    # the model folder carries its lineage
+    lineage = read_lineage(out / "final")
+    assert lineage["kind"] == "sft" and lineage["base_model"] == str(tiny)
+    assert lineage["data"]["rows"] == 16 and lineage["data"]["dropped"] == {"too_long": 1}
+    assert lineage["parents"][0]["kind"] == "init"  # the init model's own lineage is embedded
+    assert "## Training data" in (out / "final" / "README.md").read_text()
+
+    # a finished run is skipped by the same command; a different config on the same folder is refused
+    capsys.readouterr()
+    args = ["sft", "--model", str(tiny), "--data", str(rows_file), "--out", str(out), "--json"]
+    sets = ["--set", "learning_rate=3e-3", "--set", "epochs=3.0", "--set", "per_device_batch_size=4",
+            "--set", f"max_length={MAX_LENGTH}", "--set", "save_steps=4", "--set", "logging_steps=1",
+            "--set", "warmup_ratio=0.0", "--set", "torch_threads=1"]  # fmt: skip
+    assert main(args + sets) == 0
+    assert json.loads(capsys.readouterr().out)["skipped"] is True
+    assert main([*args, *sets, "--set", "learning_rate=1e-3"]) == 2
+    assert "other data or settings" in capsys.readouterr().err
+
+    # crash after the last checkpoint (final model and metrics lost): the re-run resumes instead of restarting
+    shutil.rmtree(out / "final")
+    (out / "metrics.json").unlink()
+    again = train_sft(_cfg(), model=str(tiny), data=rows_file, out_dir=out)
+    assert again["resumed_from"].endswith("checkpoint-12") and again["steps"] == 12
+    assert (out / "final" / "config.json").is_file()
+
+
+def test_only_completion_tokens_carry_labels(tiny, rows_file, tmp_path):
+    from transformers import AutoTokenizer
+
+    from training.sft import build_trainer, split_rows
+
+    tok = AutoTokenizer.from_pretrained(tiny)
+    kept, dropped = split_rows(pl.read_parquet(rows_file), tok, MAX_LENGTH)
+    assert kept.height == 16 and dropped.height == 1
+    trainer = build_trainer(_cfg(model=str(tiny)), tok, kept.head(3), tmp_path / "ckpt")
+    for example, row in zip(trainer.train_dataset, kept.head(3).to_dicts(), strict=True):
+        ids, labels = example["input_ids"], example["labels"]
+        prompt = tok.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+        n_prompt = len(tok(prompt, add_special_tokens=False)["input_ids"])
+        assert all(lab == -100 for lab in labels[:n_prompt])  # the prompt is never trained
+        assert labels[n_prompt:] == ids[n_prompt:]  # every completion token is
+        trained = tok.decode([t for t, lab in zip(ids, labels, strict=True) if lab != -100])
+        assert trained == row["completion"][0]["content"] + "<|im_end|>\n"  # including the stop token
+
+
+def test_packing_refused_without_flash_attention(tiny, rows_file, tmp_path):
+    import torch
+
+    from curate.errors import ConfigError
+    from training.sft import flash_attention_available, train_sft
+
+    if torch.cuda.is_available() and flash_attention_available():
+        pytest.skip("flash-attention present: packing is allowed here")
+    with pytest.raises(ConfigError, match="flash-attention"):
+        train_sft(_cfg(packing=True), model=str(tiny), data=rows_file, out_dir=tmp_path / "p")
+    assert not (tmp_path / "p").exists()  # refused before any work
+
+
+def test_config_is_strict():
+    from curate.errors import ConfigError
+    from training.sft import load_config
+
+    assert load_config({"learning_rate": 1e-4}, {"epochs": 3}).epochs == 3.0
+    assert load_config({"learning_rate": "1e-5"}).learning_rate == 1e-5  # how PyYAML reads `1e-5`
+    with pytest.raises(ConfigError, match="learning_rat"):
+        load_config({"learning_rat": 1e-4})
+    with pytest.raises(ConfigError):
+        load_config({"epochs": 0})

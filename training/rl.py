@@ -1,0 +1,880 @@
+r"""RL on one stage: GRPO, DAPO or CISPO with TRL's ``GRPOTrainer``, prompts chosen online by the curriculum.
+
+Pipeline position: a curriculum shard (``curate curriculum``) or a selection's ``trl.parquet`` -> **training rl**
+-> a run folder whose ``final/`` model starts the next stage (FastCuRL's context-scaling stages are successive
+``train_rl`` calls with their own ``RLConfig``: ``max_completion_length`` is the stage's context length).
+
+What this adds to ``GRPOTrainer`` (``CurateGRPOTrainer``; every override checked against trl 1.16):
+
+- ``_get_train_sampler``: ``training.sampler_bridge.CurriculumRepeatSampler`` (RepeatSampler's group layout over
+  ``curate.curriculum.sampler.CurriculumSampler``).
+- ``_calculate_rewards``: after TRL's gathered rewards, gathers the problem ids, feeds each group to the curriculum
+  (identically on every rank) and appends every rollout (problem_id, step, completion, reward, verdict, sample
+  index) to the pool's rollout ledger under the run's model name (one atomic part per generation, named by run and
+  step, so a resumed step rewrites its part instead of duplicating it).
+- ``_generate_and_score_completions``: ScaleRL hygiene switches applied to TRL's output (``group_hygiene``):
+  ``zero_variance_filter`` (drop all-equal groups, no refill, out of the loss normaliser), ``batch_adv_norm``
+  (group-centred advantages over the std of the kept groups' advantages, batch level), ``prompt_level_loss``
+  (every prompt weighs equally: its tokens are averaged over the group's own token count).
+- ``_save_checkpoint``: writes ``sampler_state.json`` (and ``metrics.parquet``) into the checkpoint folder BEFORE
+  the trainer state, so a checkpoint is complete only with both; ``log``: records per-step metrics.
+
+Loss types are restricted to grpo | dapo | cispo and validated here (TRL accepts typos until the first loss step).
+CISPO always gets an explicit absolute cap ``epsilon_high`` (5.0 unless set): TRL would otherwise fall back to
+``epsilon`` = 0.2 and clamp every on-policy ratio (~1) to 0.2, shrinking the update 5x without a warning.
+
+Run folder::
+
+    config.json        resolved RLConfig + model, train file (sha256), pool, ledger model
+    metrics.parquet    one row per optimizer step (reward, kept-group fraction, entropy, lengths, truncation,
+                       clip ratio, tokens, wall time, ...)
+    checkpoints/checkpoint-N/   TRL checkpoint + sampler_state.json
+    final/             model + tokenizer + model card (README.md, lineage.json)
+    summary.json       written last: a run with one is done; re-running the same command returns it
+
+Re-running the same command resumes from the last complete checkpoint (nothing trained twice); a different
+config for the same folder is refused.
+
+    cfg = load_rl_config(None, ["loss_type=cispo", "max_steps=50"])
+    train_rl(cfg, model="runs/sft/final", train=Path("curricula/fc/stage1.parquet"), out_dir=Path("runs/rl1"))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import functools
+import hashlib
+import json
+import math
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import yaml
+
+from curate import io
+from curate import schema as S
+from curate.config import ConfigError, apply_overrides, from_mapping, parse_overrides
+from curate.curriculum.sampler import POLICIES, SamplerConfig
+
+
+LOSS_TYPES = ("grpo", "dapo", "cispo")
+CISPO_DEFAULT_CAP = 5.0  # ScaleRL's eps_max (4-8 equivalent, METHODS §4.3); TRL's recommended value
+SCALE_REWARDS = ("group", "batch", "none")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+SAMPLER_STATE = "sampler_state.json"
+CHECKPOINTS = "checkpoints"
+BACKEND = "trl"
+
+
+# --------------------------------------------------------------------------------------------------- config
+@dataclass(frozen=True)
+class RLConfig:
+    """One RL stage (recipe key ``rl``). Strict: build it with ``load_rl_config`` / ``from_mapping``.
+
+    loss_type: grpo | dapo | cispo. epsilon: PPO clip (grpo/dapo low side). epsilon_high: grpo/dapo upper clip
+    (None: = epsilon), for cispo the ABSOLUTE cap on the IS ratio (None: 5.0; must be > 1).
+    num_generations: completions per prompt (G). prompts_per_step: prompts per generation batch (one optimizer step
+    when num_iterations = 1). micro_batch_size: completions per device per forward/backward (None: the whole
+    batch; else gradient accumulation). num_iterations: optimizer passes per generation batch (PPO epochs).
+    beta: KL coefficient (needs a reference model copy when > 0). entropy_coef: entropy bonus (FastCuRL 1e-3).
+    max_prompt_length: longer prompts (chat template applied, tokens) are dropped from the stage, not truncated.
+    max_completion_length: the stage's context (generation) budget. policy + sampler: the curriculum
+    (``curate.curriculum.sampler.SamplerConfig``; its policy and seed come from ``policy`` and ``seed`` here).
+    short_batch: what a short curriculum batch does: ``pad`` (cycle its prompts) or ``stop`` (end the stage).
+    ScaleRL switches: zero_variance_filter, batch_adv_norm, prompt_level_loss, fp32_lm_head (TRL
+    cast_lm_head_to_fp32, trainer side), mask_truncated_completions. use_vllm / vllm_*: TRL passthrough (GPU).
+    ledger_model: model name of the ledger rows (None: the run folder's name). report_to: TRL passthrough.
+    """
+
+    loss_type: str = "cispo"
+    epsilon: float = 0.2
+    epsilon_high: float | None = None
+    num_generations: int = 8
+    prompts_per_step: int = 4
+    micro_batch_size: int | None = None
+    num_iterations: int = 1
+    max_steps: int = 100
+    learning_rate: float = 1e-6
+    lr_scheduler_type: str = "constant"
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    adam_epsilon: float = 1e-8
+    max_grad_norm: float = 1.0
+    beta: float = 0.0
+    entropy_coef: float = 0.0
+    scale_rewards: str = "group"
+    max_prompt_length: int | None = 1024
+    max_completion_length: int = 1024
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+    save_steps: int = 20
+    save_total_limit: int | None = 2
+    policy: str = "uniform"
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    short_batch: str = "pad"
+    zero_variance_filter: bool = False
+    batch_adv_norm: bool = False
+    prompt_level_loss: bool = False
+    fp32_lm_head: bool = False
+    mask_truncated_completions: bool = False
+    dtype: str = "float32"
+    bf16: bool | None = None
+    gradient_checkpointing: bool = True
+    use_vllm: bool = False
+    vllm_mode: str = "colocate"
+    vllm_max_model_length: int | None = None
+    vllm_enable_sleep_mode: bool = False
+    vllm_gpu_memory_utilization: float = 0.3
+    report_to: str = "none"
+    ledger_model: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.loss_type not in LOSS_TYPES:
+            raise ConfigError(f"rl.loss_type {self.loss_type!r} is not one of {LOSS_TYPES}")
+        if self.loss_type == "cispo":
+            if self.epsilon_high is None:
+                object.__setattr__(self, "epsilon_high", CISPO_DEFAULT_CAP)
+            if self.epsilon_high <= 1.0:
+                raise ConfigError(
+                    f"rl.epsilon_high={self.epsilon_high}: for cispo it is an absolute cap on the importance ratio "
+                    "(ScaleRL uses 4-8); a cap <= 1 clamps every on-policy token"
+                )
+        if self.num_generations < 2:
+            raise ConfigError("rl.num_generations must be >= 2 (group advantages need two completions)")
+        for name in ("prompts_per_step", "num_iterations", "max_steps", "save_steps", "max_completion_length"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"rl.{name} must be >= 1")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            raise ConfigError("rl.micro_batch_size must be >= 1 or null")
+        if self.save_steps % self.num_iterations:
+            raise ConfigError(
+                f"rl.save_steps ({self.save_steps}) must be a multiple of num_iterations ({self.num_iterations}): "
+                "checkpoints fall between generation batches"
+            )
+        if self.scale_rewards not in SCALE_REWARDS:
+            raise ConfigError(f"rl.scale_rewards must be one of {SCALE_REWARDS}")
+        if self.short_batch not in ("pad", "stop"):
+            raise ConfigError("rl.short_batch must be 'pad' or 'stop'")
+        if self.policy not in POLICIES:
+            raise ConfigError(f"rl.policy {self.policy!r} is not one of {POLICIES}")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"rl.dtype must be one of {DTYPES}")
+        if self.vllm_mode not in ("colocate", "server"):
+            raise ConfigError("rl.vllm_mode must be 'colocate' or 'server'")
+        if self.temperature <= 0:
+            raise ConfigError("rl.temperature must be > 0")
+        if self.sampler.policy != self.policy or self.sampler.seed != self.seed:
+            object.__setattr__(self, "sampler", dataclasses.replace(self.sampler, policy=self.policy, seed=self.seed))
+
+    @property
+    def generation_batch_size(self) -> int:
+        """Completions per generation batch: prompts_per_step x num_generations."""
+        return self.prompts_per_step * self.num_generations
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+
+
+def load_rl_config(
+    source: str | Path | Mapping[str, Any] | None = None, overrides: Sequence[str] | Mapping[str, Any] | None = None
+) -> RLConfig:
+    """RLConfig from an optional YAML file or mapping (its ``rl:`` mapping if it has one, else the whole mapping)
+    plus overrides (``["key=value", ...]`` or a dict; dotted for the sampler: ``sampler.zero_variance_skip=true``).
+    Unknown keys and bad values raise ``ConfigError`` before anything is loaded."""
+    loaded: Any = {}
+    if isinstance(source, Mapping):
+        loaded = source
+    elif source is not None:
+        path = Path(source)
+        if not path.is_file():
+            raise ConfigError(f"config {path} not found")
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(loaded, Mapping):
+        raise ConfigError(f"RL config {source} must be a YAML mapping")
+    data = dict(loaded["rl"] if isinstance(loaded.get("rl"), Mapping) else loaded)
+    extra = dict(overrides) if isinstance(overrides, Mapping) else parse_overrides(list(overrides or ()))
+    data = _floats(apply_overrides(data, extra))
+    for key in ("policy", "seed"):
+        sub = data.get("sampler") or {}
+        if isinstance(sub, Mapping) and key in sub and sub[key] != data.get(key, getattr(RLConfig, key)):
+            raise ConfigError(f"set rl.{key}, not rl.sampler.{key} (the curriculum takes the stage's {key})")
+    return from_mapping(RLConfig, data, "rl")
+
+
+def _floats(data: dict[str, Any]) -> dict[str, Any]:
+    """PyYAML reads ``1e-6`` (no dot) as a string; accept it for float settings."""
+    hints = {f.name: str(f.type) for f in dataclasses.fields(RLConfig)}
+    out = dict(data)
+    for key, value in data.items():
+        if isinstance(value, str) and hints.get(key, "").startswith("float"):
+            with contextlib.suppress(ValueError):  # from_mapping then names the key and the bad value
+                out[key] = float(value)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------- hygiene
+@dataclass(frozen=True)
+class Hygiene:
+    """Per-row result of ``group_hygiene`` over a gathered generation batch (R rows, G per group).
+
+    keep: rows whose tokens stay in the loss and its normaliser. weight: multiplier on each row's advantage (the
+    policy term is linear in it for grpo, dapo and cispo). advantages: replacement advantages (``batch_adv_norm``)
+    or None (keep TRL's). signal_groups: groups whose rewards are not all equal.
+    """
+
+    keep: Any
+    weight: Any
+    advantages: Any
+    groups: int
+    signal_groups: int
+
+
+def group_hygiene(
+    rewards,
+    tokens,
+    num_generations: int,
+    *,
+    loss_type: str,
+    zero_variance_filter: bool = False,
+    batch_adv_norm: bool = False,
+    prompt_level_loss: bool = False,
+    eps: float = 1e-4,
+) -> Hygiene:
+    """ScaleRL's batch hygiene (METHODS §4.3) as masks and weights on TRL's per-row quantities.
+
+    rewards: (R,) gathered rewards (NaN = unscorable); tokens: (R,) loss tokens per completion.
+    How TRL normalises (trl 1.16 ``_compute_loss``, with steps_per_generation = gradient accumulation): dapo/cispo
+    weigh every token 1/N (N = loss tokens of the generation batch, ``num_items_in_batch``); grpo weighs a token of
+    row i 1/(T_i R). The targets:
+
+    - zero_variance_filter: rows of all-equal (or unscorable) groups leave the loss; dapo/cispo: N counts the kept
+      tokens only (the caller recomputes ``num_items_in_batch``); grpo: weight R / R_kept.
+    - prompt_level_loss: every token of prompt p weighs 1/(P_kept T_p) (T_p = the group's kept tokens, P_kept =
+      prompts with kept tokens): weight N / (P_kept T_p) for dapo/cispo, T_i R / (P_kept T_p) for grpo.
+    - batch_adv_norm: A_i = r_i - mean(group), divided by (std of A over the groups with signal + eps).
+    """
+    import torch
+
+    r = rewards.detach().float().reshape(-1)
+    n_rows, g = r.numel(), num_generations
+    if n_rows % g:
+        raise ValueError(f"{n_rows} rewards are not whole groups of {g}")
+    n_groups = n_rows // g
+    grouped = r.view(n_groups, g)
+    valid = ~torch.isnan(grouped)
+    hi = torch.where(valid, grouped, torch.full_like(grouped, -math.inf)).amax(dim=1)
+    lo = torch.where(valid, grouped, torch.full_like(grouped, math.inf)).amin(dim=1)
+    signal = (valid.sum(dim=1) >= 2) & (hi > lo)
+    if zero_variance_filter:
+        keep = signal.repeat_interleave(g) & valid.reshape(-1)
+    else:
+        keep = torch.ones(n_rows, dtype=torch.bool, device=r.device)
+
+    advantages = None
+    if batch_adv_norm:
+        centred = torch.nan_to_num(grouped - torch.nanmean(grouped, dim=1, keepdim=True), nan=0.0).reshape(-1)
+        rows = signal.repeat_interleave(g) & valid.reshape(-1)
+        std = centred[rows].std() if int(rows.sum()) > 1 else torch.tensor(0.0, device=r.device)
+        advantages = centred / (std + eps)
+
+    t = tokens.detach().float().reshape(-1).to(r.device) * keep
+    t_prompt = t.view(n_groups, g).sum(dim=1).repeat_interleave(g)
+    live = keep & (t_prompt > 0)
+    p_kept = int(((t.view(n_groups, g).sum(dim=1)) > 0).sum())
+    weight = torch.ones(n_rows, device=r.device)
+    if prompt_level_loss and p_kept:
+        safe = torch.where(live, t_prompt, torch.ones_like(t_prompt))
+        if loss_type == "grpo":
+            weight = torch.where(live, t * n_rows / (p_kept * safe), torch.zeros_like(t))
+        else:
+            weight = torch.where(live, t.sum() / (p_kept * safe), torch.zeros_like(t))
+    elif zero_variance_filter and loss_type == "grpo" and int(keep.sum()):
+        weight = torch.full_like(t, n_rows / int(keep.sum()))
+    weight = weight * keep
+    return Hygiene(keep, weight, advantages, n_groups, int(signal.sum()))
+
+
+# --------------------------------------------------------------------------------------------------- ledger
+@dataclass(frozen=True)
+class RolloutLedger:
+    """Writes training rollouts into ``pools/<pool>/rollouts/<model>/`` (schema.ROLLOUTS), one atomic part per
+    generation batch, named ``part-<run_id>-step<step>``: a resumed step rewrites its own part.
+
+    sample_idx = base + (step - 1) x batch_rows + row: unique within the run, deterministic across resumes, and
+    above every index the model's ledger held when the run started (``base``), so keys never clash.
+    """
+
+    ws: io.Workspace
+    pool: str
+    model: str
+    run_id: str
+    base: int
+    batch_rows: int
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: int
+
+    def path(self, step: int) -> Path:
+        return self.ws.ledger_dir(self.pool, self.model) / f"part-{self.run_id}-step{step:07d}.parquet"
+
+    def frame(
+        self,
+        step: int,
+        problem_ids: Sequence[str],
+        completions: Sequence[str],
+        rewards: Sequence[float | None],
+        verdicts: Sequence[str | None],
+        extracted: Sequence[str | None],
+        completion_tokens: Sequence[int],
+        finish_reasons: Sequence[str],
+        now: dt.datetime,
+    ) -> pl.DataFrame:
+        n = len(problem_ids)
+        if n != self.batch_rows:
+            raise ValueError(f"ledger: {n} rollouts in a generation batch of {self.batch_rows}")
+        start = self.base + (step - 1) * self.batch_rows
+        rows = {name: [] for name in S.ROLLOUTS}
+        for i in range(n):
+            reward = rewards[i]
+            reward = None if reward is None or math.isnan(reward) else float(reward)
+            values = {
+                S.PROBLEM_ID: problem_ids[i],
+                S.MODEL: self.model,
+                S.SAMPLE_IDX: start + i,
+                S.COMPLETION: completions[i],
+                S.COMPLETION_TOKENS: int(completion_tokens[i]),
+                S.FINISH_REASON: finish_reasons[i],
+                S.EXTRACTED_ANSWER: extracted[i] or None,
+                S.VERDICT: verdicts[i],
+                S.CORRECT: verdicts[i] == "correct",
+                S.REWARD: reward,
+                S.TEMPERATURE: self.temperature,
+                S.TOP_P: self.top_p,
+                S.MAX_TOKENS: self.max_tokens,
+                S.SEED: self.seed,
+                S.BACKEND: BACKEND,
+                S.RUN_ID: self.run_id,
+                S.STEP: step,
+                S.CREATED_AT: now,
+            }
+            for name in S.ROLLOUTS:
+                rows[name].append(values.get(name))
+        return pl.DataFrame(rows, schema=S.ROLLOUTS)
+
+    def write(self, step: int, **columns: Any) -> Path:
+        frame = self.frame(step, now=dt.datetime.now(dt.UTC), **columns)
+        return io.write_parquet(frame, self.path(step), S.ROLLOUTS)
+
+
+def ledger_base(ws: io.Workspace, pool: str, model: str, run_id: str) -> int:
+    """First free sample_idx in the model's ledger, ignoring this run's own parts."""
+    folder = ws.ledger_dir(pool, model)
+    parts = [
+        p
+        for p in sorted(folder.glob("*.parquet"))
+        if not p.name.startswith(".") and not p.name.startswith(f"part-{run_id}-")
+    ]
+    if not parts:
+        return 0
+    top = pl.concat([pl.read_parquet(p, columns=[S.SAMPLE_IDX]) for p in parts])[S.SAMPLE_IDX].max()
+    return 0 if top is None else int(top) + 1
+
+
+# --------------------------------------------------------------------------------------------------- metrics
+_METRIC_NAMES = {
+    "rewards/accuracy_reward/mean": None,  # same as reward with one reward function
+    "rewards/accuracy_reward/std": None,
+    "completions/mean_length": "completion_mean_length",
+    "completions/min_length": "completion_min_length",
+    "completions/max_length": "completion_max_length",
+    "completions/clipped_ratio": "truncation_rate",
+    "completions/mean_terminated_length": "completion_mean_terminated_length",
+    "completions/min_terminated_length": None,
+    "completions/max_terminated_length": None,
+    "num_tokens": "tokens",
+    "cispo_clip_ratio": "clip_ratio",
+    "clip_ratio/region_mean": "clip_ratio",
+    "clip_ratio/low_mean": "clip_ratio_low",
+    "clip_ratio/high_mean": "clip_ratio_high",
+    "epoch": None,  # the Trainer's epoch counter means nothing with an online sampler
+}
+
+
+class MetricsLog:
+    """Per-step training metrics -> ``metrics.parquet`` (written at every checkpoint and at the end).
+
+    Columns: step, wall_s (cumulative across resumes), reward, reward_std, frac_reward_zero_std, kept_group_frac,
+    entropy, completion lengths, truncation_rate, clip_ratio, tokens (cumulative prompt + completion tokens: the
+    compute axis), loss, grad_norm, learning_rate, step_time, and any other key TRL logs (``/`` -> ``_``).
+    """
+
+    def __init__(self, path: Path, resume_step: int = 0) -> None:
+        self.path = Path(path)
+        self.rows: list[dict[str, Any]] = []
+        if resume_step and self.path.is_file():
+            self.rows = pl.read_parquet(self.path).filter(pl.col("step") <= resume_step).to_dicts()
+        self.offset = float(self.rows[-1]["wall_s"]) if self.rows else 0.0
+        self.t0 = time.perf_counter()
+
+    def add(self, step: int, logs: Mapping[str, Any]) -> None:
+        if "train_runtime" in logs or step < 1:
+            return
+        row: dict[str, Any] = {"step": int(step), "wall_s": self.offset + time.perf_counter() - self.t0}
+        for key, value in logs.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            name = _METRIC_NAMES.get(key, key.replace("/", "_"))
+            if name is not None:
+                row[name] = float(value)
+        self.rows = [r for r in self.rows if r["step"] != step] + [row]
+
+    def write(self) -> Path | None:
+        if not self.rows:
+            return None
+        frame = pl.from_dicts(self.rows, infer_schema_length=None).sort("step")
+        return io.write_parquet(frame, self.path)
+
+
+# --------------------------------------------------------------------------------------------------- trainer
+def __getattr__(name: str) -> Any:  # ``training.rl.CurateGRPOTrainer`` without importing trl at module import
+    if name == "CurateGRPOTrainer":
+        return trainer_class()
+    raise AttributeError(name)
+
+
+@functools.cache
+def trainer_class() -> type:
+    """``CurateGRPOTrainer``: GRPOTrainer + curriculum sampler, reward feedback, ledger, hygiene, sampler state."""
+    import torch
+    from accelerate.utils import gather_object
+    from trl import GRPOTrainer
+
+    class CurateGRPOTrainer(GRPOTrainer):
+        """See the module docstring. Extra keyword arguments: bridge (the curriculum sampler), rl_cfg (RLConfig),
+        ledger (RolloutLedger or None; the main process writes), metrics_log (MetricsLog or None)."""
+
+        def __init__(self, *args: Any, bridge, rl_cfg: RLConfig, ledger=None, metrics_log=None, **kwargs: Any):
+            self.bridge = bridge
+            self.rl_cfg = rl_cfg
+            self.ledger = ledger
+            self.metrics_log = metrics_log
+            self._rl_rewards = None
+            super().__init__(*args, **kwargs)
+            per_chunk = self.num_iterations * self.args.steps_per_generation
+            if per_chunk % self.args.gradient_accumulation_steps:
+                raise ConfigError("num_iterations x steps_per_generation must be a multiple of gradient accumulation")
+            self.steps_per_chunk = per_chunk // self.args.gradient_accumulation_steps
+
+        # -------------------------------------------------------------- data
+        def _get_train_sampler(self, dataset=None):
+            return self.bridge
+
+        # -------------------------------------------------------------- rewards
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            if not self.model.training:
+                return rewards_per_func
+            weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
+            rewards = (rewards_per_func * weights).nansum(dim=1)
+            rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+            self._rl_rewards = rewards
+            step = self.state.global_step + 1
+            problem_ids = gather_object([x[S.PROBLEM_ID] for x in inputs])
+            self.bridge.feed(problem_ids, rewards.tolist(), step)
+            n = len(prompts)
+            texts = gather_object([_completion_text(c) for c in completions])
+            verdicts = gather_object(list(self._pending_extra_logs.get("verdict", [None] * n)))
+            extracted = gather_object(list(self._pending_extra_logs.get("extracted_answer", [None] * n)))
+            lengths = gather_object([len(ids) for ids in completion_ids_list])
+            stops = set(self.eos_token_ids) | {self._tokenizer.pad_token_id}
+            finish = gather_object(["stop" if ids and ids[-1] in stops else "length" for ids in completion_ids_list])
+            if self.ledger is not None and self.accelerator.is_main_process:
+                self.ledger.write(
+                    step,
+                    problem_ids=problem_ids,
+                    completions=texts,
+                    rewards=rewards.tolist(),
+                    verdicts=verdicts,
+                    extracted=extracted,
+                    completion_tokens=lengths,
+                    finish_reasons=finish,
+                )
+            return rewards_per_func
+
+        # -------------------------------------------------------------- hygiene
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            if self.model.training and self._rl_rewards is not None:
+                output = self.apply_hygiene(output, self._rl_rewards)
+            return output
+
+        def apply_hygiene(self, output: dict, rewards) -> dict:
+            """Apply ``group_hygiene`` to one process's slice of a generation batch (``rewards``: gathered)."""
+            cfg = self.rl_cfg
+            mask = output["completion_mask"]
+            loss_mask = mask if "tool_mask" not in output else mask * output["tool_mask"]
+            tokens = self.accelerator.gather(loss_mask.sum(dim=1))
+            h = group_hygiene(
+                rewards,
+                tokens,
+                self.num_generations,
+                loss_type=self.loss_type,
+                zero_variance_filter=cfg.zero_variance_filter,
+                batch_adv_norm=cfg.batch_adv_norm,
+                prompt_level_loss=cfg.prompt_level_loss,
+            )
+            n = mask.size(0)
+            local = slice(self.accelerator.process_index * n, (self.accelerator.process_index + 1) * n)
+            keep = h.keep[local].to(mask.device)
+            advantages = output["advantages"] if h.advantages is None else h.advantages[local]
+            output["advantages"] = (advantages.to(mask.device) * h.weight[local].to(mask.device)).float()
+            if cfg.zero_variance_filter:
+                output["completion_mask"] = mask * keep.unsqueeze(1).to(mask.dtype)
+                output["num_items_in_batch"] = (tokens * h.keep.to(tokens.device)).sum()
+            self._metrics["train"]["kept_group_frac"].append(h.signal_groups / max(h.groups, 1))
+            return output
+
+        # -------------------------------------------------------------- checkpoints and logs
+        def _save_checkpoint(self, model, trial):
+            folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+            state = self.bridge.checkpoint_state(self.state.global_step // self.steps_per_chunk)
+            if self.args.should_save:
+                io.write_json(folder / SAMPLER_STATE, state)  # before trainer_state.json: see last_checkpoint
+                if self.metrics_log is not None:
+                    self.metrics_log.write()
+            super()._save_checkpoint(model, trial)
+
+        def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+            super().log(logs, start_time)  # TRL merges its step metrics into ``logs`` in place
+            if self.metrics_log is not None and self.accelerator.is_main_process:
+                self.metrics_log.add(self.state.global_step, logs)
+            if self.accelerator.is_main_process and "reward" in logs:  # one line per step on stderr (stdout: result)
+                print(_progress_line(self.state.global_step, self.args.max_steps, logs), file=sys.stderr, flush=True)
+
+    return CurateGRPOTrainer
+
+
+def _progress_line(step: int, max_steps: int, logs: Mapping[str, Any]) -> str:
+    keys = [
+        ("reward", "reward"),
+        ("kept_group_frac", "kept"),
+        ("entropy", "entropy"),
+        ("completions/mean_length", "len"),
+        ("completions/clipped_ratio", "trunc"),
+        ("step_time", "s"),
+    ]
+    parts = [f"{name}={logs[key]:.3g}" for key, name in keys if isinstance(logs.get(key), int | float)]
+    return f"rl step {step}/{max_steps}: " + " ".join(parts)
+
+
+def _completion_text(completion: Any) -> str:
+    if isinstance(completion, str):
+        return completion
+    return "".join(str(m.get("content") or "") for m in completion)
+
+
+# --------------------------------------------------------------------------------------------------- data
+def load_train(path: Path, tokenizer: Any, max_prompt_length: int | None) -> tuple[pl.DataFrame, int]:
+    """The stage's prompts: a curriculum shard or a selection's ``trl.parquet`` (``prompt``, ``answer``,
+    ``problem_id``; optional ``answer_alternatives`` and the curriculum's priors ``pass_rate``, ``cot_length``,
+    ``zero_variance``). Prompts longer than ``max_prompt_length`` tokens (chat template applied) are dropped, not
+    truncated (a cut prompt loses the question or the instruction). Returns (frame, dropped)."""
+    from curate.errors import InputError
+
+    if not path.is_file():
+        raise InputError(f"train file {path} not found")
+    df = pl.read_parquet(path)
+    missing = [c for c in ("prompt", S.ANSWER, S.PROBLEM_ID) if c not in df.columns]
+    if missing:
+        raise InputError(f"{path} lacks column(s) {missing}; a curriculum shard or a selection's trl.parquet has them")
+    if df[S.PROBLEM_ID].n_unique() != df.height:
+        raise InputError(f"{path}: problem_id values are not unique")
+    keep = [c for c in ("prompt", S.ANSWER, S.ANSWER_ALTERNATIVES, S.PROBLEM_ID) if c in df.columns]
+    priors = [c for c in (S.PASS_RATE, S.COT_LENGTH, S.ZERO_VARIANCE) if c in df.columns]
+    df = df.select(keep + priors)
+    if max_prompt_length is None or df.height == 0:
+        return df, 0
+    lengths = [_prompt_tokens(tokenizer, p) for p in df["prompt"].to_list()]
+    short = pl.Series(lengths) <= max_prompt_length
+    return df.filter(short), int((~short).sum())
+
+
+def _prompt_tokens(tokenizer: Any, prompt: Any) -> int:
+    if isinstance(prompt, str):
+        return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+    ids = ids["input_ids"] if isinstance(ids, Mapping) else ids
+    return len(ids)
+
+
+def grpo_args(cfg: RLConfig, out_dir: Path, world_size: int) -> Any:
+    """TRL's GRPOConfig for a stage: one optimizer step per generation batch (steps_per_generation = gradient
+    accumulation), logging every step, checkpoints every ``save_steps`` with ``ignore_data_skip`` (the curriculum
+    sampler restores its own position)."""
+    import torch
+    from trl import GRPOConfig
+
+    total = cfg.generation_batch_size
+    micro = cfg.micro_batch_size or total // world_size
+    if total % (micro * world_size):
+        raise ConfigError(
+            f"prompts_per_step x num_generations = {total} completions must split into micro batches of {micro} "
+            f"on {world_size} process(es)"
+        )
+    cuda = torch.cuda.is_available()
+    return GRPOConfig(
+        output_dir=str(out_dir / CHECKPOINTS),
+        loss_type=cfg.loss_type,
+        epsilon=cfg.epsilon,
+        epsilon_high=cfg.epsilon_high,
+        num_generations=cfg.num_generations,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=total // (micro * world_size),
+        num_iterations=cfg.num_iterations,
+        max_steps=cfg.max_steps,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler_type,
+        warmup_steps=cfg.warmup_steps,
+        weight_decay=cfg.weight_decay,
+        adam_epsilon=cfg.adam_epsilon,
+        max_grad_norm=cfg.max_grad_norm,
+        beta=cfg.beta,
+        entropy_coef=cfg.entropy_coef,
+        scale_rewards=cfg.scale_rewards,
+        max_completion_length=cfg.max_completion_length,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        seed=cfg.seed,
+        mask_truncated_completions=cfg.mask_truncated_completions,
+        cast_lm_head_to_fp32=cfg.fp32_lm_head,
+        model_init_kwargs={"dtype": cfg.dtype},
+        bf16=cuda if cfg.bf16 is None else cfg.bf16,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        use_vllm=cfg.use_vllm,
+        vllm_mode=cfg.vllm_mode,
+        vllm_max_model_length=cfg.vllm_max_model_length,
+        vllm_enable_sleep_mode=cfg.vllm_enable_sleep_mode,
+        vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+        report_to=[r.strip() for r in cfg.report_to.split(",")] if cfg.report_to != "none" else "none",
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        ignore_data_skip=True,
+        dataloader_num_workers=0,
+        shuffle_dataset=False,
+        log_completions=False,
+        disable_tqdm=True,
+    )
+
+
+def build_trainer(
+    cfg: RLConfig,
+    *,
+    model: str | Path,
+    frame: pl.DataFrame,
+    tokenizer: Any,
+    out_dir: Path,
+    ledger: RolloutLedger | None = None,
+    metrics_log: MetricsLog | None = None,
+    world_size: int = 1,
+):
+    """A ``CurateGRPOTrainer`` over ``frame`` (from ``load_train``) with its curriculum sampler bridge."""
+    from curate.curriculum.sampler import CurriculumSampler
+    from datasets import Dataset
+    from training.rewards import accuracy_reward
+    from training.sampler_bridge import CurriculumRepeatSampler
+
+    args = grpo_args(cfg, out_dir, world_size)
+    columns = [c for c in ("prompt", S.ANSWER, S.ANSWER_ALTERNATIVES, S.PROBLEM_ID) if c in frame.columns]
+    dataset = Dataset.from_list(frame.select(columns).to_dicts())
+    bridge = CurriculumRepeatSampler(
+        CurriculumSampler.from_frame(frame, cfg.sampler),
+        {pid: i for i, pid in enumerate(frame[S.PROBLEM_ID].to_list())},
+        num_generations=cfg.num_generations,
+        prompts_per_chunk=cfg.prompts_per_step,
+        repeat_count=cfg.num_iterations * args.steps_per_generation,
+        short_batch=cfg.short_batch,
+    )
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer = trainer_class()(
+        model=str(model),
+        reward_funcs=[accuracy_reward],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        bridge=bridge,
+        rl_cfg=cfg,
+        ledger=ledger,
+        metrics_log=metrics_log,
+    )
+    trainer.remove_callback(PrinterCallback)  # it prints raw log dicts to stdout; ``log`` prints a line to stderr
+    return trainer
+
+
+def last_checkpoint(folder: Path) -> Path | None:
+    """The newest checkpoint that is complete: it has ``sampler_state.json`` and ``trainer_state.json`` (written
+    last by the Trainer), so a kill during a save falls back to the previous checkpoint."""
+    if not folder.is_dir():
+        return None
+    done = [
+        p
+        for p in folder.glob("checkpoint-*")
+        if p.name.split("-")[-1].isdigit() and (p / SAMPLER_STATE).is_file() and (p / "trainer_state.json").is_file()
+    ]
+    return max(done, key=lambda p: int(p.name.split("-")[-1]), default=None)
+
+
+# --------------------------------------------------------------------------------------------------- run
+def run_identity(
+    cfg: RLConfig, model: str | Path, train: Path, pool: str | None, ledger_model: str | None
+) -> dict[str, Any]:
+    """What makes a run: re-running with the same identity resumes, a different one is refused."""
+    return {
+        "rl": cfg.to_dict(),
+        "model": str(model),
+        "train": str(train),
+        "train_sha256": io.file_hash(train),
+        "pool": pool,
+        "ledger_model": ledger_model,
+    }
+
+
+def train_rl(
+    cfg: RLConfig,
+    *,
+    model: str | Path,
+    train: Path,
+    out_dir: Path,
+    home: str | Path | None = None,
+    pool: str | None = None,
+) -> dict[str, Any]:
+    """Train one RL stage into ``out_dir`` (see the module docstring); returns the run summary.
+
+    model: starting model (hub id or a saved folder; vLLM colocate needs a folder). train: the stage's prompts.
+    home / pool: the workspace and pool whose rollout ledger receives every training rollout (no ledger without a
+    pool). Multi-process (torchrun / accelerate launch): every rank calls this; rank 0 writes the files.
+    """
+    from accelerate import PartialState
+    from transformers import AutoTokenizer
+
+    state = PartialState()
+    out_dir, train = Path(out_dir), Path(train)
+    ledger_model = cfg.ledger_model or out_dir.resolve().name
+    identity = run_identity(cfg, model, train, pool, ledger_model if pool else None)
+    run_id = "rl-" + hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
+    config_path, summary_path = out_dir / "config.json", out_dir / "summary.json"
+    if config_path.is_file():
+        saved = json.loads(config_path.read_text())
+        if {k: saved.get(k) for k in identity} != identity:
+            raise ConfigError(
+                f"{out_dir} holds a run with another config, model or train file; use a new --out folder "
+                "(or delete it to start over)"
+            )
+        if summary_path.is_file():
+            return {**json.loads(summary_path.read_text()), "skipped": True}
+    state.wait_for_everyone()
+    if state.is_main_process and not config_path.is_file():
+        io.write_json(config_path, {**identity, "run_id": run_id, "world_size": state.num_processes})
+
+    t0 = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(str(model), padding_side="left", truncation_side="left")
+    frame, dropped = load_train(train, tokenizer, cfg.max_prompt_length)
+    if frame.height == 0:
+        raise ConfigError(f"no prompts left in {train} (dropped {dropped} over max_prompt_length)")
+    checkpoint = last_checkpoint(out_dir / CHECKPOINTS)
+    resume_step = int(checkpoint.name.split("-")[-1]) if checkpoint else 0
+    metrics_log = MetricsLog(out_dir / "metrics.parquet", resume_step) if state.is_main_process else None
+
+    ledger = None
+    if pool is not None and state.is_main_process:
+        ws = io.Workspace.resolve(home)
+        ledger_meta = out_dir / "ledger.json"
+        if ledger_meta.is_file():
+            base = int(json.loads(ledger_meta.read_text())["base"])
+        else:
+            base = ledger_base(ws, pool, ledger_model, run_id)
+            io.write_json(ledger_meta, {"pool": pool, "model": ledger_model, "run_id": run_id, "base": base})
+        ledger = RolloutLedger(
+            ws, pool, ledger_model, run_id, base, cfg.generation_batch_size,
+            cfg.temperature, cfg.top_p, cfg.max_completion_length, cfg.seed,
+        )  # fmt: skip
+
+    trainer = build_trainer(
+        cfg,
+        model=model,
+        frame=frame,
+        tokenizer=tokenizer,
+        out_dir=out_dir,
+        ledger=ledger,
+        metrics_log=metrics_log,
+        world_size=state.num_processes,
+    )
+    if checkpoint is not None:
+        trainer.bridge.load_checkpoint_state(json.loads((checkpoint / SAMPLER_STATE).read_text()))
+    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    final = out_dir / "final"
+    trainer.save_model(str(final))
+
+    from training.sampler_bridge import state_hash
+
+    curriculum_state = trainer.bridge.curriculum.state_dict()
+    summary: dict[str, Any] = {
+        "run_dir": str(out_dir),
+        "run_id": run_id,
+        "final": str(final),
+        "steps": int(trainer.state.global_step),
+        "max_steps": cfg.max_steps,
+        "stopped_early": bool(trainer.bridge.exhausted and trainer.state.global_step < cfg.max_steps),
+        "resumed_from": str(checkpoint) if checkpoint else None,
+        "prompts": frame.height,
+        "dropped_long_prompts": dropped,
+        "padded_chunks": trainer.bridge.padded_chunks,
+        "curriculum": dict(trainer.bridge.curriculum.counts),
+        "sampler_state_sha256": state_hash(curriculum_state),
+        "train_loss": float(result.training_loss) if result.training_loss is not None else None,
+        "wall_s": round(time.perf_counter() - t0, 2),
+        "ledger": {"pool": pool, "model": ledger_model, "run_id": run_id} if pool else None,
+    }
+    if state.is_main_process:
+        written = metrics_log.write()
+        rows = metrics_log.rows
+        rewards = [r["reward"] for r in rows if r.get("reward") is not None]
+        summary["reward_first"] = rewards[0] if rewards else None
+        summary["reward_last"] = rewards[-1] if rewards else None
+        summary["metrics"] = str(written) if written else None
+        _write_card(final, cfg, model, train, identity, frame.height, dropped, pool, summary)
+        io.write_json(summary_path, summary)
+    state.wait_for_everyone()
+    return summary
+
+
+def _write_card(final: Path, cfg, model, train, identity, rows, dropped, pool, summary) -> None:
+    try:
+        from training.card import write_model_card
+    except ImportError:  # the card module ships with the SFT half; without it the folder is model + tokenizer
+        return
+    write_model_card(
+        final,
+        kind="rl",
+        base_model=str(model),
+        data={
+            "pool": pool,
+            "source": str(train),
+            "source_sha256": identity["train_sha256"],
+            "problems": rows,
+            "dropped": {"too_long_prompt": dropped} if dropped else {},
+        },
+        recipe={"rl": cfg.to_dict()},
+        metrics={k: summary[k] for k in ("steps", "reward_first", "reward_last", "train_loss", "wall_s")},
+    )

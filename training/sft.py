@@ -1,0 +1,359 @@
+"""Supervised fine-tuning on verified solutions (CoScale-RL's SFT stage; also the body of re-distillation).
+
+Input: a Parquet file of conversational prompt/completion rows, exactly as ``curate.prompts.sft_row`` builds them
+(``prompt=[{"role": "user", ...}]``, ``completion=[{"role": "assistant", ...}]``); K solutions of a problem are
+simply K rows. Other columns (``problem_id``, ``answer``, ...) are carried into the quarantine only.
+
+What it guarantees, and why:
+
+- completion-only loss: TRL's SFTTrainer masks the prompt for prompt/completion rows (the model is never trained to
+  write the problem statement);
+- rows longer than ``max_length`` tokens are dropped into ``<out>/quarantine.parquet`` with ``drop_reason =
+  "too_long"``, never truncated: TRL keeps the start of a long row, which cuts off the boxed answer and teaches the
+  model to stop mid-solution;
+- packing is refused without flash-attention: TRL packs padding-free, and with sdpa attention packed rows attend to
+  each other (TRAINING.md measured logits off by up to 11.3) without any warning;
+- resumable: checkpoints go to ``<out>/checkpoints``; re-running the same command resumes from the last complete
+  checkpoint, and a finished run (``<out>/final`` + ``metrics.json`` of the same data and config) is skipped;
+- the result ``<out>/final`` is a model folder: model + tokenizer + model card + ``lineage.json``
+  (``training.card``); ``<out>/metrics.json`` holds first/last train loss, rows, drops and wall time.
+
+    from training.sft import SFTRunConfig, train_sft
+    metrics = train_sft(SFTRunConfig(learning_rate=1e-4, epochs=2), model="models/tiny", data=Path("sft.parquet"),
+                        out_dir=Path("runs/sft"))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from curate import io
+from curate import schema as S
+from curate.config import from_mapping
+from curate.errors import ConfigError, InputError
+
+
+QUARANTINE = "quarantine.parquet"
+METRICS = "metrics.json"
+RUN = "run.json"
+TOO_LONG, MALFORMED = "too_long", "malformed"
+
+
+@dataclass(frozen=True)
+class SFTRunConfig:
+    """One SFT run (recipe key ``sft``; the CLI's ``--config`` YAML and ``--set key=value`` fill it, strictly).
+
+    model: hub id or local folder of the starting model (``train_sft(model=...)`` overrides it).
+    learning_rate / epochs / per_device_batch_size / gradient_accumulation_steps / lr_scheduler / warmup_ratio /
+    weight_decay / seed: the optimisation, as in TRL's SFTConfig. max_length: longest row in tokens (prompt +
+    completion in the chat template); longer rows are quarantined, not truncated. save_steps / save_total_limit:
+    checkpoints (resume points). packing: needs flash-attention (refused otherwise). dtype: weights when loading
+    (``float32`` trains in mixed precision with ``bf16``). bf16 / gradient_checkpointing: None means on when CUDA is
+    available (TRL turns both on even on CPU, where they only slow a small model down). torch_threads: CPU threads
+    (None: torch's default; 1 is often faster for tiny models on a busy machine). report_to: ``none``, ``wandb``,
+    ``tensorboard``, ... logging_steps: train-loss logging interval (the first step is always logged).
+    """
+
+    model: str = ""
+    learning_rate: float = 1e-5
+    epochs: float = 2.0
+    per_device_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    max_length: int = 4096
+    lr_scheduler: str = "cosine"
+    warmup_ratio: float = 0.03
+    weight_decay: float = 0.0
+    seed: int = 0
+    save_steps: int = 500
+    save_total_limit: int | None = 2
+    packing: bool = False
+    dtype: str = "float32"
+    bf16: bool | None = None
+    gradient_checkpointing: bool | None = None
+    torch_threads: int | None = None
+    logging_steps: int = 10
+    report_to: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.learning_rate <= 0 or self.epochs <= 0:
+            raise ConfigError("sft.learning_rate and sft.epochs must be > 0")
+        if min(self.per_device_batch_size, self.gradient_accumulation_steps, self.max_length, self.save_steps) < 1:
+            raise ConfigError(
+                "sft.per_device_batch_size, gradient_accumulation_steps, max_length, save_steps must be >= 1"
+            )
+        if self.dtype not in ("float32", "bfloat16", "float16", "auto"):
+            raise ConfigError(f"sft.dtype must be float32, bfloat16, float16 or auto, got {self.dtype!r}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError("sft.warmup_ratio must be in [0, 1)")
+
+
+def float_strings(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` with numeric strings turned into floats where ``cls`` (a dataclass, recursively) wants a float.
+
+    PyYAML reads ``1e-5`` (no dot) as a string, the most common way to write a learning rate; without this,
+    ``learning_rate: 1e-5`` in a recipe or ``--set learning_rate=1e-5`` would be rejected as "not a float".
+    """
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    out = dict(data)
+    for key, value in out.items():
+        tp = hints.get(key)
+        if tp is None:
+            continue
+        args = typing.get_args(tp) or (tp,)
+        if isinstance(value, str) and float in args:
+            with contextlib.suppress(ValueError):
+                out[key] = float(value)
+        elif isinstance(value, Mapping):
+            nested = next((a for a in args if dataclasses.is_dataclass(a)), None)
+            if nested is not None:
+                out[key] = float_strings(nested, value)
+    return out
+
+
+def load_config(data: Mapping[str, Any] | None, overrides: Mapping[str, Any] | None = None) -> SFTRunConfig:
+    """``SFTRunConfig`` from a mapping (a YAML file's content) plus ``key=value`` overrides; unknown keys fail."""
+    merged = {**dict(data or {}), **dict(overrides or {})}
+    return from_mapping(SFTRunConfig, float_strings(SFTRunConfig, merged), "sft")
+
+
+def flash_attention_available() -> bool:
+    """Whether a flash-attention kernel (2 or 3) is importable and CUDA is present (the only safe packing)."""
+    import torch
+    from transformers.utils import is_flash_attn_2_available, is_flash_attn_3_available
+
+    return torch.cuda.is_available() and (is_flash_attn_2_available() or is_flash_attn_3_available())
+
+
+# --------------------------------------------------------------------------------------------------- data
+def _messages_ok(value: Any, role: str) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) > 0
+        and all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in value)
+        and value[-1].get("role") == role
+    )
+
+
+def split_rows(df: pl.DataFrame, tokenizer: Any, max_length: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(kept, quarantined) rows: a row is kept when well formed and at most ``max_length`` tokens long.
+
+    The length is that of prompt + completion rendered by the tokenizer's chat template, the sequence TRL trains
+    on. Quarantined rows keep their columns plus ``drop_reason`` (``too_long`` or ``malformed``), ``detail`` and
+    ``tokens``.
+    """
+    for col in ("prompt", "completion"):
+        if col not in df.columns:
+            raise InputError(f"SFT data needs conversational `prompt` and `completion` columns; have {df.columns}")
+    rows = df.select("prompt", "completion").to_dicts()
+    ok = [_messages_ok(r["prompt"], "user") and _messages_ok(r["completion"], "assistant") for r in rows]
+    texts = [
+        tokenizer.apply_chat_template(r["prompt"] + r["completion"], tokenize=False) if good else ""
+        for r, good in zip(rows, ok, strict=True)
+    ]
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
+    reason = [
+        None if good and n <= max_length else TOO_LONG if good else MALFORMED
+        for good, n in zip(ok, lengths, strict=True)
+    ]
+    detail = [
+        f"{n} tokens > max_length {max_length}" if r == TOO_LONG else "prompt/completion are not chat messages"
+        if r == MALFORMED else None
+        for r, n in zip(reason, lengths, strict=True)
+    ]  # fmt: skip
+    tagged = df.with_columns(
+        pl.Series(S.DROP_REASON, reason, pl.String),
+        pl.Series(S.DETAIL, detail, pl.String),
+        pl.Series("tokens", lengths, pl.Int64),
+    )
+    dropped = tagged.filter(pl.col(S.DROP_REASON).is_not_null())
+    kept = tagged.filter(pl.col(S.DROP_REASON).is_null()).drop(S.DROP_REASON, S.DETAIL, "tokens")
+    return kept, dropped
+
+
+# --------------------------------------------------------------------------------------------------- run state
+def _last_checkpoint(ckpt_dir: Path) -> str | None:
+    """The newest checkpoint folder holding a complete trainer state (a crash mid-save leaves an incomplete one)."""
+    if not ckpt_dir.is_dir():
+        return None
+    done = [p for p in ckpt_dir.glob("checkpoint-*") if (p / "trainer_state.json").is_file()]
+    return str(max(done, key=lambda p: int(p.name.split("-")[-1]))) if done else None
+
+
+def _loss_history(log_history: list[dict[str, Any]]) -> list[float]:
+    return [float(e["loss"]) for e in log_history if "loss" in e]
+
+
+def _fingerprint(cfg: SFTRunConfig, data: Path) -> str:
+    """Identity of a run: the data's content hash and every setting (``torch_threads``/``report_to`` excluded)."""
+    config = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("torch_threads", "report_to")}
+    return io.fingerprint({"data": io.file_hash(data)}, config)
+
+
+def _data_lineage(data: Path) -> dict[str, Any]:
+    """Lineage facts of the data file: its path, hash, and the manifest that wrote it (if any)."""
+    out: dict[str, Any] = {"source": str(data), "source_sha256": io.file_hash(data)}
+    manifest = io.read_manifest(data)
+    if manifest:
+        out["source_manifest"] = {k: manifest.get(k) for k in ("stage", "rows_out", "fingerprint", "config")}
+    return out
+
+
+# --------------------------------------------------------------------------------------------------- train
+def build_trainer(cfg: SFTRunConfig, tokenizer: Any, rows: pl.DataFrame, output_dir: Path) -> Any:
+    """TRL's ``SFTTrainer`` for ``cfg.model`` on ``rows`` (prompt/completion), checkpoints in ``output_dir``.
+
+    Completion-only loss is forced on (TRL's default for this format, made explicit so a TRL default change cannot
+    silently train on prompts). Rows must already fit ``max_length`` (``split_rows``), so TRL truncates nothing.
+    """
+    import torch
+    from trl import SFTConfig, SFTTrainer
+
+    from datasets import Dataset
+
+    cuda = torch.cuda.is_available()
+    bf16 = cfg.bf16 if cfg.bf16 is not None else cuda and torch.cuda.is_bf16_supported()
+    model_init_kwargs: dict[str, Any] = {"dtype": cfg.dtype}
+    if cfg.packing:
+        model_init_kwargs["attn_implementation"] = "flash_attention_2"
+    args = SFTConfig(
+        output_dir=str(output_dir),
+        learning_rate=cfg.learning_rate,
+        num_train_epochs=cfg.epochs,
+        per_device_train_batch_size=cfg.per_device_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=cfg.warmup_ratio,  # a float below 1 is a fraction of the total steps (transformers 5)
+        weight_decay=cfg.weight_decay,
+        seed=cfg.seed,
+        max_length=cfg.max_length,
+        packing=cfg.packing,
+        completion_only_loss=True,
+        bf16=bf16,
+        gradient_checkpointing=cfg.gradient_checkpointing if cfg.gradient_checkpointing is not None else cuda,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        logging_steps=cfg.logging_steps,
+        logging_first_step=True,
+        report_to=cfg.report_to,
+        model_init_kwargs=model_init_kwargs,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=cuda,
+        disable_tqdm=True,
+    )
+    return SFTTrainer(
+        model=cfg.model,
+        args=args,
+        train_dataset=Dataset.from_list(rows.select("prompt", "completion").to_dicts()),
+        processing_class=tokenizer,
+    )
+
+
+def train_sft(
+    cfg: SFTRunConfig,
+    *,
+    model: str | Path | None = None,
+    data: Path,
+    out_dir: Path,
+    kind: str = "sft",
+    lineage: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Fine-tune ``model`` (default ``cfg.model``) on ``data``; write ``out_dir/final`` and return the metrics.
+
+    kind / lineage: the model card's kind and extra data lineage (pool, selection, curriculum, solutions table)
+    supplied by the caller; re-distillation passes its own. Raises ``InputError`` when every row is dropped or
+    ``out_dir`` holds a run of other data or settings, ``ConfigError`` for packing without flash-attention.
+    """
+    import torch
+    from accelerate import PartialState
+    from transformers import AutoTokenizer
+
+    started = time.perf_counter()
+    model_name = str(model if model is not None else cfg.model)
+    if not model_name:
+        raise ConfigError("sft: no model given (set `model` in the config or pass --model)")
+    cfg = dataclasses.replace(cfg, model=model_name)
+    data, out_dir = Path(data), Path(out_dir)
+    if not data.exists():
+        raise InputError(f"SFT data {data} not found")
+    if cfg.packing and not flash_attention_available():
+        raise ConfigError(
+            "sft.packing needs flash-attention on CUDA: TRL packs padding-free, and with sdpa attention packed rows "
+            "attend to each other without any warning. Install flash-attn or set packing: false."
+        )
+
+    fingerprint = _fingerprint(cfg, data)
+    final, ckpt_dir = out_dir / "final", out_dir / "checkpoints"
+    run_state = json.loads((out_dir / RUN).read_text()) if (out_dir / RUN).is_file() else None
+    if run_state is not None and run_state.get("fingerprint") != fingerprint:
+        raise InputError(
+            f"{out_dir} holds a run with other data or settings ({run_state.get('config')}); use a new --out "
+            "or delete the folder"
+        )
+    if run_state is not None and (out_dir / METRICS).is_file() and (final / "config.json").is_file():
+        return {**json.loads((out_dir / METRICS).read_text()), "skipped": True}
+
+    main = PartialState().is_main_process  # several GPUs (accelerate launch): one process writes the files
+    tokenizer = AutoTokenizer.from_pretrained(model_name)
+    df = io.read_parquet(data)
+    kept, dropped = split_rows(df, tokenizer, cfg.max_length)
+    if main:
+        io.write_parquet(dropped, out_dir / QUARANTINE)
+    if kept.height == 0:
+        raise InputError(f"all {df.height} SFT rows were dropped (see {out_dir / QUARANTINE})")
+    if main:
+        run = {"fingerprint": fingerprint, "config": dataclasses.asdict(cfg), "data": str(data)}
+        io.write_json(out_dir / RUN, run)
+
+    threads = torch.get_num_threads()
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    try:
+        trainer = build_trainer(cfg, tokenizer, kept, ckpt_dir)
+        resume = _last_checkpoint(ckpt_dir)
+        result = trainer.train(resume_from_checkpoint=resume)
+        trainer.save_model(str(final))
+        if main:
+            tokenizer.save_pretrained(str(final))
+    finally:
+        torch.set_num_threads(threads)
+
+    losses = _loss_history(trainer.state.log_history)
+    drops = dropped.group_by(S.DROP_REASON).len().sort(S.DROP_REASON).rows() if dropped.height else []
+    metrics = {
+        "train_loss_first": losses[0] if losses else None,
+        "train_loss_last": losses[-1] if losses else None,
+        "train_loss_mean": float(result.training_loss),
+        "rows": df.height,
+        "rows_trained": kept.height,
+        "dropped": {reason: n for reason, n in drops},
+        "steps": trainer.state.global_step,
+        "epochs": cfg.epochs,
+        "resumed_from": resume,
+        "wall_s": round(time.perf_counter() - started, 2),
+    }
+    if main:
+        from training.card import write_model_card
+
+        write_model_card(
+            final,
+            kind=kind,
+            base_model=model_name,
+            data={**dict(lineage or {}), **_data_lineage(data), "rows": kept.height, "dropped": metrics["dropped"]},
+            recipe={kind: dataclasses.asdict(cfg)},
+            metrics=metrics,
+        )
+        io.write_json(out_dir / METRICS, metrics)
+    trainer.accelerator.wait_for_everyone()
+    return metrics
