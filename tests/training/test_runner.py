@@ -11,7 +11,7 @@ import yaml
 
 from curate.errors import ConfigError
 from training.plan import PlanScale, rl_stages
-from training.runner import load_recipe
+from training.runner import decision, load_recipe
 
 
 PLAN = {
@@ -68,6 +68,55 @@ def test_recipe_is_strict(tmp_path):
             load_recipe(path)
 
 
+def test_decision_stops_only_when_a_pinned_asymptote_is_within_the_margin_of_the_pass_rate():
+    assert decision(None, 0.30, 0.02)["action"] == "continue"  # too few evaluations for a fit
+    assert decision({"A": 0.31, "band_at_edge": []}, 0.30, 0.02)["action"] == "stop"
+    assert decision({"A": 0.29, "band_at_edge": []}, 0.30, 0.02)["action"] == "stop"  # measured above A: no room
+    far = decision({"A": 0.40, "band_at_edge": []}, 0.30, 0.02)
+    assert far["action"] == "continue" and far["gap"] == pytest.approx(0.10)
+    assert decision({"A": 0.31, "band_at_edge": ["A"]}, 0.30, 0.02)["action"] == "continue"  # A not pinned down
+    assert decision({"A": 0.35, "band_at_edge": []}, 0.30, 0.05)["action"] == "stop"  # the margin is the recipe's
+
+
+def test_recipe_decide_section_is_strict_down_to_the_curate_sections(tmp_path):
+    good = {"name": "r", "pool": "p", "curriculum": "c",
+            "decide": {"stop_margin": 0.01, "coscale_iterations": 2, "rollout": {"n": 4, "max_tokens": 64},
+                       "solutions": {"k": 2, "unsolvable_below": 0.1}}}  # fmt: skip
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(good))
+    assert load_recipe(path).decide.coscale_iterations == 2
+    bad_sections = (
+        {"stop_margn": 0.01},  # a typo in the section
+        {"rollout": {"nn": 4}},  # a typo in the curate rollout settings
+        {"solutions": {"kk": 2}},  # ... and in the solutions settings
+        {"rollout": {"model": "x"}},  # the chain sets the model
+        {"coscale_iterations": -1},
+    )
+    for bad in bad_sections:
+        path.write_text(yaml.safe_dump({**good, "decide": bad}))
+        with pytest.raises(ConfigError):
+            load_recipe(path)
+
+
+def test_stamp_lineage_names_the_chain_in_the_card_once_and_keeps_the_steps_own_keys(tmp_path):
+    from training.card import read_lineage, write_model_card
+    from training.runner import stamp_lineage
+
+    model = tmp_path / "final"
+    write_model_card(model, kind="redistill", base_model=str(tmp_path / "init"), recipe={"lr": 1e-5}, metrics={"x": 1},
+                     data={"pool": "t", "selection": {"solutions": 3}, "rows": 3})  # fmt: skip
+    chain = {"pool": "t", "selection": "ws/selections/t/selection.parquet", "curriculum": "ws/curricula/t",
+             "solutions": "ws/solutions/t/sft.parquet", "recipe": "ws/runs/chain/recipe.json"}  # fmt: skip
+    assert stamp_lineage(model, chain) is True
+    lineage = read_lineage(model)
+    assert {k: lineage["data"][k] for k in chain} == chain
+    assert lineage["data"]["redistill_selection"] == {"solutions": 3} and lineage["data"]["rows"] == 3
+    assert (lineage["kind"], lineage["recipe"], lineage["metrics"]) == ("redistill", {"lr": 1e-5}, {"x": 1})
+    card = (model / "README.md").read_text()
+    assert "ws/curricula/t" in card and "ws/solutions/t/sft.parquet" in card and "## Code version" in card
+    assert stamp_lineage(model, chain) is False  # already there: the card is not rewritten
+
+
 @pytest.mark.slow
 def test_chain_runs_sft_then_two_stages_with_growing_context_and_hands_the_model_over(tmp_path):
     """curation -> tiny model -> SFT -> two RL stages (64 then 96 tokens) -> eval after each -> fit attempt."""
@@ -116,3 +165,119 @@ def test_chain_runs_sft_then_two_stages_with_growing_context_and_hands_the_model
     # Re-running the same command trains nothing again.
     again = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)
     assert [s["step"] for s in again["steps"]] == steps
+
+
+def test_chain_control_flow_stops_a_pass_and_runs_coscale_iterations_up_to_the_budget(tmp_path):
+    """The loop of ``run_chain`` through its ``call`` hook (steps replaced by stand-ins that only move the state):
+    a ``stop`` ends the pass (stage2 never trains), then CoScale iterations follow up to the budget, over the
+    stages that still have solvable problems."""
+    import dataclasses
+
+    from curate import io
+    from curate import schema as S
+    from training.runner import ChainState, DecideSection, RunRecipe, coscale_dir, run_chain
+
+    ws = tmp_path / "ws"
+    problems = pl.DataFrame({S.PROBLEM_ID: ["a", "b", "c"], S.PROBLEM: ["1+1", "2+2", "3+3"],
+                             S.ANSWER: ["2", "4", "6"], S.SPLIT: ["train", "train", "test"]})  # fmt: skip
+    io.write_parquet(problems, ws / "pools" / "t" / "problems.parquet")
+    plan = {"stages": [{"stage": "stage1", "shard": "stage1.parquet", "rows": 1},
+                       {"stage": "stage2", "shard": "stage2.parquet", "rows": 1}]}  # fmt: skip
+    io.write_json(ws / "curricula" / "c" / "plan.json", plan)
+    recipe = RunRecipe(name="r", pool="t", curriculum="c", rl={"loss_type": "cispo"},
+                       decide=DecideSection(coscale_iterations=2))  # fmt: skip
+    actions = iter(["stop", "continue", "continue"])
+    calls = []
+
+    def stand_in(name, fn, *args):
+        calls.append(name)
+        run, state = args[0], args[1] if len(args) > 1 else None
+        if fn.__name__ == "init_model":
+            return ChainState(model="init", initial="init")
+        if fn.__name__ == "decide":
+            return {"action": next(actions)}
+        if fn.__name__ == "coscale_measure":
+            return dataclasses.replace(state, iteration=state.iteration + 1)
+        if fn.__name__ == "coscale_solutions":  # stage1 keeps a solvable problem, stage2 none
+            for stage, ids in (("stage1", ["a"]), ("stage2", [])):
+                io.write_parquet(pl.DataFrame({S.PROBLEM_ID: ids}, schema={S.PROBLEM_ID: pl.String}),
+                                 coscale_dir(run, state.iteration) / f"{stage}.parquet")  # fmt: skip
+            return state
+        if fn.__name__ == "rl_stage":
+            return dataclasses.replace(state, model=f"{name}/final")
+        if fn.__name__ in ("fit_and_plot", "write_summary"):
+            return {"final_model": state.model}
+        return state
+
+    summary = run_chain(recipe, home=ws, echo=lambda s: None, call=stand_in)
+    assert calls == [
+        "init", "eval init",
+        "rl:stage1", "eval rl:stage1", "decide rl:stage1",  # stop: stage2 of the first pass is not trained
+        "it1:measure", "it1:solutions", "it1:sft", "eval it1:sft",
+        "it1:rl:stage1", "eval it1:rl:stage1", "decide it1:rl:stage1",  # stage2 has no solvable problem left
+        "it2:measure", "it2:solutions", "it2:sft", "eval it2:sft",
+        "it2:rl:stage1", "eval it2:rl:stage1", "decide it2:rl:stage1",
+        "fit", "summary",
+    ]  # fmt: skip
+    assert summary["final_model"] == "it2:rl:stage1/final"
+
+
+@pytest.mark.slow
+def test_coscale_iteration_remeasures_adds_sft_on_unsolvable_and_trains_rl_on_solvable(tmp_path):
+    """A real CoScale iteration on the tiny model: curate rollout of the trained model, curate solutions with it as
+    the student, SFT on the unsolvable problems' solutions, RL on the stage shard restricted to solvable ones."""
+    from curate.schema import slug
+    from training.runner import run_chain
+
+    home = tmp_path / "ws"
+    curate_recipe = tmp_path / "curate.yaml"
+    curate_recipe.write_text(yaml.safe_dump({
+        "name": "t", "pool": "t", "seed": 0,
+        "stages": ["ingest", "score", "select", "curriculum", "solutions"],
+        "ingest": {"sources": [
+            {"path": "gen://arith?n=40&seed=0&max_level=1", "name": "t/train", "split": "train"},
+            {"path": "gen://arith?n=8&seed=1&max_level=1", "name": "t/eval", "split": "test"},
+        ]},
+        "score": {"use_embeddings": False},
+        "select": {"size": 24, "name": "t", "plots": False, "clusters": 1},
+        "curriculum": {"name": "t", "plan": "fastcurl", "selection": "t"},
+        "solutions": {"k": 2, "selection": "t"},
+    }))  # fmt: skip
+    recipe_path = tmp_path / "train.yaml"
+    recipe_path.write_text(yaml.safe_dump({
+        "name": "cs", "pool": "t", "model": "tiny", "curate_recipe": str(curate_recipe), "curriculum": "t",
+        "tiny": {"size": "tiny", "corpus_problems": 300, "vocab_size": 400},
+        "sft": {"data": "solutions/t/sft.parquet", "learning_rate": 1e-3, "epochs": 1, "per_device_batch_size": 8,
+                "max_length": 256, "gradient_checkpointing": False},
+        "rl": {"loss_type": "cispo", "learning_rate": 1e-4, "num_generations": 2, "prompts_per_step": 2,
+               "gradient_checkpointing": False, "max_prompt_length": None},
+        "plan_fields": ["max_response_length"], "scale": {"context": 1 / 128},
+        "stages": {"stage1": {"max_steps": 1}}, "only_stages": ["stage1"],
+        "eval": {"k": 1, "limit": 4, "max_new_tokens": 32},
+        # pass rate 0 counts as solvable (unsolvable_below 0); the problems left unmeasured (limit) are unsolvable
+        "decide": {"coscale_iterations": 1, "rollout": {"n": 1, "max_tokens": 16, "limit": 30},
+                   "solutions": {"unsolvable_below": 0.0}},
+    }))  # fmt: skip
+    summary = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)
+    run_dir = Path(summary["run_dir"])
+    assert [s["step"] for s in summary["steps"]] == ["init", "sft", "rl:stage1", "it1:sft", "it1:rl:stage1"]
+    assert [d["after"] for d in summary["decisions"]] == ["rl:stage1", "it1:rl:stage1"]
+    pools = summary["coscale"]["it1:solutions"]["pools"]
+    assert pools.get("solvable", 0) > 0 and pools.get("unsolvable", 0) > 0
+    ledger = home / "pools" / "t" / "rollouts" / slug(str(run_dir / "rl" / "01-stage1" / "final"))
+    measured = pl.read_parquet(sorted(ledger.glob("part-*.parquet")))
+    assert measured["problem_id"].n_unique() == 30  # the trained model's own rollouts, decide.rollout.limit
+    snapshot = pl.read_parquet(run_dir / "coscale/it1/solution_pools.parquet")
+    solvable = set(snapshot.filter(pl.col("coscale_pool") == "solvable")["problem_id"])
+    unsolvable = set(snapshot.filter(pl.col("coscale_pool") == "unsolvable")["problem_id"])
+    sft_rows = pl.read_parquet(run_dir / "coscale/it1/sft_unsolvable.parquet")
+    assert sft_rows.height > 0 and set(sft_rows["problem_id"]) <= unsolvable
+    config = json.loads((run_dir / "rl/it1-01-stage1/config.json").read_text())
+    assert config["model"] == str(run_dir / "coscale/it1/sft/final")  # RL again from the SFT'd model
+    shard = pl.read_parquet(config["train"])
+    assert config["train"] == str(run_dir / "coscale/it1/stage1.parquet") and set(shard["problem_id"]) <= solvable
+    lineage = json.loads((run_dir / "rl/it1-01-stage1/final/lineage.json").read_text())["data"]
+    assert lineage["curriculum"].endswith("curricula/t") and lineage["selection"].endswith("selection.parquet")
+    again = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)  # resumes: nothing trained again
+    assert [s["step"] for s in again["steps"]] == [s["step"] for s in summary["steps"]]
+    assert again["decisions"] == summary["decisions"]
