@@ -119,7 +119,8 @@ def coscale(args: argparse.Namespace) -> dict[str, Any]:
         print(f"| {r['seed']} | {r['PxK']['pass_at_1']:.3f} ± {r['PxK']['stderr']:.3f} | "
               f"{r['PKx1']['pass_at_1']:.3f} ± {r['PKx1']['stderr']:.3f} |")  # fmt: skip
     m = out["mean_se"]
-    print(f"| mean ± SE over seeds | {m['PxK'][0]:.3f} ± {m['PxK'][1]:.3f} | {m['PKx1'][0]:.3f} ± {m['PKx1'][1]:.3f} |")
+    cells = " | ".join(f"{m[a][0]:.3f} ± {m[a][1]:.3f}" for a in ("PxK", "PKx1"))
+    print(f"| mean ± SE over seeds | {cells} |")
     print(f"difference (P x K - P*K x 1): {out['diff_mean_se'][0]:+.3f} ± {out['diff_mean_se'][1]:.3f}")
     return out
 

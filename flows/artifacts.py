@@ -13,6 +13,9 @@ Images: Prefect 3.7's image artifact stores one URL and the UI renders it as ``<
 does not display there (a page served over http may not load local files), so the PNG is embedded as a
 ``data:image/png;base64,...`` URI, which the browser renders from the artifact itself with no file server.
 PNGs larger than ``MAX_IMAGE_BYTES`` (or past the first ``MAX_IMAGES``) are only listed by path in the summary.
+
+The training flow's artifacts (``publish_training``: chain summary, lineage table, solutions histogram, learning
+curves, eval curve, sigmoid fit) are described at the end of this module.
 """
 
 from __future__ import annotations
@@ -170,3 +173,133 @@ def table_rows(path: Path, n: int = TABLE_ROWS) -> list[dict[str, Any]]:
 def data_uri(path: Path) -> str:
     """``data:image/png;base64,...`` for a PNG, so the UI shows it without access to the file system."""
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+# --------------------------------------------------------------------------------------------------- training
+# What a training flow run (flows/training.py) shows, from its summary (``training.runner.write_summary``), keys
+# per training recipe name: ``<name>-chain`` (Markdown: steps, pass rates, decisions, CoScale notes, fit advice,
+# step timings), ``<name>-lineage`` (table: pool -> selection -> curriculum -> solutions -> each model folder with
+# its pass rate), ``<name>-solutions`` (image: problems per number of kept solutions, from the pool's
+# ``solution_pools.parquet``), ``<name>-training`` / ``-eval`` / ``-fit`` (images: learning curves, held-out pass
+# rate against compute, the fitted sigmoid with its extrapolation).
+TRAINING_FIGURES = ("training", "eval", "fit")
+
+
+def publish_training(summary: dict[str, Any]) -> None:
+    """Create the chain summary, lineage table and figure artifacts of one training flow run."""
+    name = summary["name"]
+    create_markdown_artifact(
+        markdown=training_markdown(summary),
+        key=key(name, "chain"),
+        description=f"Training chain {name} (pool {summary['pool']}): {summary['run_dir']}",
+    )
+    create_table_artifact(
+        table=lineage_rows(summary), key=key(name, "lineage"), description=f"Lineage of the models of run {name}"
+    )
+    pools = Path(summary["home"]) / "pools" / summary["pool"] / "solution_pools.parquet"
+    if pools.is_file():
+        create_image_artifact(
+            image_url=solutions_histogram_uri(pools), key=key(name, "solutions"), description=f"{pools}"
+        )
+    for path in (Path(p) for p in summary.get("figures") or []):
+        if path.stem in TRAINING_FIGURES and path.is_file() and path.stat().st_size <= MAX_IMAGE_BYTES:
+            create_image_artifact(image_url=data_uri(path), key=key(name, path.stem), description=str(path))
+
+
+def _rows(path: Path) -> int | None:
+    import polars as pl
+
+    if path.is_file() and path.suffix == ".parquet":
+        return pl.scan_parquet(path).select(pl.len()).collect().item()
+    return None
+
+
+def lineage_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per link of the chain, oldest first: the pool's problems, the selection, the curriculum, the
+    solutions table, then every model folder of the run (the model it started from, its held-out pass rate)."""
+    lineage = summary.get("lineage") or {}
+    home, pool = Path(summary["home"]), summary["pool"]
+    rows: list[dict[str, Any]] = []
+
+    def add(item: str, path: Path | str, made_from: str = "", rows_: int | None = None, step: dict | None = None):
+        step = step or {}
+        rows.append({
+            "item": item, "path": str(path), "rows": rows_, "made_from": made_from,
+            "pass_at_1": step.get("pass_at_1"), "stderr": step.get("stderr"), "wall_s": step.get("wall_s"),
+        })  # fmt: skip
+
+    problems = home / "pools" / pool / "problems.parquet"
+    add("pool", problems, rows_=_rows(problems))
+    if lineage.get("selection"):
+        add("selection", lineage["selection"], "pool", _rows(Path(lineage["selection"])))
+    if lineage.get("curriculum"):
+        plan = Path(lineage["curriculum"]) / "plan.json"
+        kept = json.loads(plan.read_text()).get("kept") if plan.is_file() else None
+        add("curriculum", lineage["curriculum"], "selection" if lineage.get("selection") else "pool", kept)
+    elif lineage.get("train"):
+        add("train", lineage["train"], "pool", _rows(Path(lineage["train"])))
+    if lineage.get("solutions"):
+        add("solutions", lineage["solutions"], "selection" if lineage.get("selection") else "pool",
+            _rows(Path(lineage["solutions"])))  # fmt: skip
+    for step in summary.get("steps") or []:
+        card = Path(step["model"]) / "lineage.json"
+        base = json.loads(card.read_text()).get("base_model") if card.is_file() else None
+        add(f"model: {step['step']}", step["model"], base or "", step=step)
+    return [{k: v if v is None or isinstance(v, bool | int | float) else _cell(v) for k, v in r.items()} for r in rows]
+
+
+def training_markdown(summary: dict[str, Any]) -> str:
+    """The run's Markdown summary: the steps, the decisions, CoScale notes, the fit's advice, step timings."""
+    lines = [
+        f"# Training chain: {summary['name']}",
+        "",
+        f"pool `{summary['pool']}` · run folder `{summary['run_dir']}` · final model `{summary.get('final_model')}`"
+        + (f" · this run {summary['wall_s']:.0f} s" if summary.get("wall_s") is not None else ""),
+        "",
+        "| step | held-out pass@1 | ± SE | problems x k | wall s | model |",
+        "|---|---:|---:|---|---:|---|",
+    ]
+    for s in summary.get("steps") or []:
+        lines.append(
+            f"| {s['step']} | {s.get('pass_at_1', float('nan')):.3f} | {s.get('stderr', float('nan')):.3f} | "
+            f"{s.get('n_problems')} x {s.get('k')} | {s.get('wall_s', 0):.0f} | `{s['model']}` |"
+        )
+    if summary.get("failed"):
+        lines += ["", f"**failed:** `{_cell(summary['failed'], 1000)}` (trigger the run again to resume)"]
+    if summary.get("decisions"):
+        lines += ["", "## Decisions", "", "| after | action | reason |", "|---|---|---|"]
+        lines += [f"| {d['after']} | {d['action']} | {_cell(d['reason'])} |" for d in summary["decisions"]]
+    if summary.get("coscale"):
+        lines += ["", "## CoScale iterations", "", *_summary_lines({"coscale steps": summary["coscale"]})[2:]]
+    fit = summary.get("fit") or {}
+    if fit.get("fit"):
+        f = fit["fit"]
+        params = f"A = {f['A']:.4f} · B = {f['B']:.3f} · C_mid = {f['C_mid']:.4g} · R0 = {f['R0']:.4f}"
+        lines += ["", "## Scaling fit", "", f"{params} ({f['n_fit']} of {f['n_points']} points)", ""]
+        lines.append(fit["advice"]["message"])
+    elif fit.get("error"):
+        lines += ["", "## Scaling fit", "", f"no fit: {_cell(fit['error'], 500)}"]
+    if summary.get("timings"):
+        lines += ["", "## Step timings", "", "| step | in step s | with task s |", "|---|---:|---:|"]
+        lines += [f"| {t['step']} | {t['wall_s']:.2f} | {t['call_s']:.2f} |" for t in summary["timings"]]
+    return "\n".join(lines) + "\n"
+
+
+def solutions_histogram_uri(pools: Path) -> str:
+    """A bar chart of problems per number of kept solutions (``solution_pools.parquet``), as a PNG data URI."""
+    import io as _io
+
+    import polars as pl
+    from matplotlib.figure import Figure
+
+    counts = pl.read_parquet(pools, columns=["n_solutions"]).group_by("n_solutions").len().sort("n_solutions")
+    fig = Figure(figsize=(6.0, 3.5), layout="constrained")
+    ax = fig.subplots()
+    ax.bar(counts["n_solutions"].to_list(), counts["len"].to_list(), color="#1f77b4")
+    ax.set_xlabel("verified solutions kept per problem")
+    ax.set_ylabel("problems")
+    ax.set_title(f"solutions: {pools.parent.name} ({counts['len'].sum()} problems)")
+    ax.grid(alpha=0.3, axis="y")
+    buf = _io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")

@@ -1,12 +1,15 @@
-"""Serve the curation deployments from this process: ``python -m flows.serve``.
+"""Serve the curation and training deployments from this process: ``python -m flows.serve``.
 
-The same two deployments as ``prefect.yaml`` (names, schedule, parameters), without a work pool or worker: the
+The same deployments as ``prefect.yaml`` (names, schedule, parameters), without a work pool or worker: the
 serving process polls the API for scheduled or triggered runs and executes them itself. Use it against a local
 server (``PREFECT_API_URL=http://127.0.0.1:4200/api``); with no server configured Prefect starts an ephemeral one
 that lives only as long as this process (no UI to look at, but runs still happen).
 
 - ``curate-dataset/demo-nightly``: the demo recipe, every day at 03:00 UTC.
 - ``curate-dataset/demo-select``: on demand; re-scores and re-selects with editable overrides.
+
+- ``train-chain/tiny-cpu``: on demand; the whole chain (curation to fitted model) on the built-in tiny recipe.
+- ``train-chain/qwen-math-1.5b-gpu``: on demand; the GPU recipe (served here, it runs on this machine).
 
 Trigger one with ``prefect deployment run 'curate-dataset/demo-select' --param stages='["select"]'``.
 
@@ -26,9 +29,14 @@ from typing import Any
 from prefect.schedules import Cron
 
 from flows.curation import curate_dataset
+from flows.training import train_chain
 
 
 DEMO_RECIPE = "datasets/demo/recipe.yaml"
+TINY_RECIPE = "training/recipes/tiny/fastcurl.yaml"
+GPU_RECIPE = "training/recipes/qwen2.5-math-1.5b/fastcurl.yaml"
+TINY_CHAIN = "tiny-cpu"
+GPU_CHAIN = "qwen-math-1.5b-gpu"
 NIGHTLY = "demo-nightly"
 SELECT = "demo-select"
 NIGHTLY_CRON = "0 3 * * *"
@@ -55,12 +63,35 @@ def deployment_specs(recipe_path: str = DEMO_RECIPE) -> list[dict[str, Any]]:
     ]
 
 
+def training_specs(tiny_recipe: str = TINY_RECIPE) -> list[dict[str, Any]]:
+    """The training deployments ``prefect.yaml`` declares (on demand, no schedule), as ``add_flow`` arguments."""
+    return [
+        {
+            "name": TINY_CHAIN,
+            "parameters": {"recipe_path": tiny_recipe},
+            "description": "The whole chain on the built-in tiny recipe, on CPU; curation, SFT, RL stages, eval, fit.",
+            "tags": ["training", "tiny"],
+        },
+        {
+            "name": GPU_CHAIN,
+            "parameters": {"recipe_path": GPU_RECIPE},
+            "description": "FastCuRL on Qwen2.5-Math-1.5B (GPU; curate the DeepScaleR pool first).",
+            "tags": ["training", "gpu"],
+        },
+    ]
+
+
 def deployments(recipe_path: str = DEMO_RECIPE) -> list:
-    """The same deployments as ``RunnerDeployment`` objects (what ``prefect.yaml`` is compared with)."""
+    """The curation deployments as ``RunnerDeployment`` objects (what ``prefect.yaml`` is compared with)."""
     return [curate_dataset.to_deployment(**spec) for spec in deployment_specs(recipe_path)]
 
 
-def serve(recipe_path: str = DEMO_RECIPE, limit: int = 1) -> None:
+def training_deployments(tiny_recipe: str = TINY_RECIPE) -> list:
+    """The training deployments as ``RunnerDeployment`` objects."""
+    return [train_chain.to_deployment(**spec) for spec in training_specs(tiny_recipe)]
+
+
+def serve(recipe_path: str = DEMO_RECIPE, limit: int = 1, tiny_recipe: str = TINY_RECIPE) -> None:
     """Register the deployments and run their flow runs in this process until interrupted.
 
     ``prefect.serve`` is not used: it registers deployments without their flow, so the runner re-loads the flow
@@ -73,8 +104,11 @@ def serve(recipe_path: str = DEMO_RECIPE, limit: int = 1) -> None:
     runner = Runner(name="curate-serve", pause_on_shutdown=True, limit=limit)
     for spec in deployment_specs(recipe_path):
         runner.add_flow(curate_dataset, **spec)
-    names = ", ".join(f"{curate_dataset.name}/{spec['name']}" for spec in deployment_specs(recipe_path))
-    print(f"Serving {names} (recipe {recipe_path}); Ctrl-C stops and pauses their schedules.", flush=True)
+    for spec in training_specs(tiny_recipe):
+        runner.add_flow(train_chain, **spec)
+    names = [f"{curate_dataset.name}/{spec['name']}" for spec in deployment_specs(recipe_path)]
+    names += [f"{train_chain.name}/{spec['name']}" for spec in training_specs(tiny_recipe)]
+    print(f"Serving {', '.join(names)} (recipe {recipe_path}); Ctrl-C stops and pauses their schedules.", flush=True)
     try:
         asyncio.run(runner.start())
     except (KeyboardInterrupt, TerminationSignal) as exc:
@@ -87,10 +121,11 @@ def main(argv: list[str] | None = None) -> None:
         prog="python -m flows.serve",
         description="Serve the deployments of prefect.yaml from this process (Ctrl-C stops).",
     )
-    parser.add_argument("--recipe", default=DEMO_RECIPE, help=f"Recipe the deployments run (default {DEMO_RECIPE}).")
+    parser.add_argument("--recipe", default=DEMO_RECIPE, help=f"Recipe of the curation deployments ({DEMO_RECIPE}).")
     parser.add_argument("--limit", type=int, default=1, help="Flow runs executed at the same time (default 1).")
+    parser.add_argument("--training-recipe", default=TINY_RECIPE, help=f"Recipe of {TINY_CHAIN} ({TINY_RECIPE}).")
     args = parser.parse_args(argv)
-    serve(args.recipe, args.limit)
+    serve(args.recipe, args.limit, args.training_recipe)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,8 @@ def test_serve_after_deploy_all_runs_complete(server, write_recipe, tmp_path):  
     prefect = str(BIN / "prefect")
     made = stack.run([prefect, "work-pool", "create", POOL, "--type", "process"], timeout=120)
     assert made.returncode == 0 or "already exists" in made.stdout + made.stderr, made.stdout + made.stderr
+    gpu = stack.run([prefect, "work-pool", "create", "training-gpu", "--type", "process"], timeout=120)
+    assert gpu.returncode == 0 or "already exists" in gpu.stdout + gpu.stderr, gpu.stdout + gpu.stderr
     deployed = stack.run(
         [prefect, "--no-prompt", "deploy", "--all"], timeout=240, cwd=REPO, extra_env={"PWD": str(REPO)}
     )

@@ -142,11 +142,14 @@ def test_prefect_yaml_deploys_with_schedule_and_a_triggered_run_completes(server
     url, stack = server
     spec = yaml.safe_load((REPO / "prefect.yaml").read_text(encoding="utf-8"))
     names = [d["name"] for d in spec["deployments"]]
-    assert names == ["demo-nightly", "demo-select"]
+    assert names == ["demo-nightly", "demo-select", "tiny-cpu", "qwen-math-1.5b-gpu"]
 
     prefect = str(BIN / "prefect")
     made = stack.run([prefect, "work-pool", "create", POOL, "--type", "process"], timeout=120)
     assert made.returncode == 0, made.stdout + made.stderr
+    # `prefect deploy --all` stops at the first deployment whose work pool does not exist: the GPU recipe's too.
+    gpu = stack.run([prefect, "work-pool", "create", "training-gpu", "--type", "process"], timeout=120)
+    assert gpu.returncode == 0 or "already exists" in gpu.stdout + gpu.stderr, gpu.stdout + gpu.stderr
     # `{{ $PWD }}` in prefect.yaml is resolved at deploy time: the repo root the deployment runs from.
     deployed = stack.run(
         [prefect, "--no-prompt", "deploy", "--all"], timeout=240, cwd=REPO, extra_env={"PWD": str(REPO)}

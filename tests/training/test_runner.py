@@ -69,13 +69,15 @@ def test_recipe_is_strict(tmp_path):
 
 
 def test_decision_stops_only_when_a_pinned_asymptote_is_within_the_margin_of_the_pass_rate():
+    band = {"A": [0.30, 0.33]}
     assert decision(None, 0.30, 0.02)["action"] == "continue"  # too few evaluations for a fit
-    assert decision({"A": 0.31, "band_at_edge": []}, 0.30, 0.02)["action"] == "stop"
-    assert decision({"A": 0.29, "band_at_edge": []}, 0.30, 0.02)["action"] == "stop"  # measured above A: no room
-    far = decision({"A": 0.40, "band_at_edge": []}, 0.30, 0.02)
+    assert decision({"A": 0.31, "band": band, "band_at_edge": []}, 0.30, 0.02)["action"] == "stop"
+    assert decision({"A": 0.29, "band": band, "band_at_edge": []}, 0.30, 0.02)["action"] == "stop"  # above A
+    far = decision({"A": 0.40, "band": band, "band_at_edge": []}, 0.30, 0.02)
     assert far["action"] == "continue" and far["gap"] == pytest.approx(0.10)
-    assert decision({"A": 0.31, "band_at_edge": ["A"]}, 0.30, 0.02)["action"] == "continue"  # A not pinned down
-    assert decision({"A": 0.35, "band_at_edge": []}, 0.30, 0.05)["action"] == "stop"  # the margin is the recipe's
+    assert decision({"A": 0.31, "band": band, "band_at_edge": ["A"]}, 0.30, 0.02)["action"] == "continue"  # unpinned
+    assert decision({"A": 0.31, "band": None, "band_at_edge": []}, 0.30, 0.02)["action"] == "continue"  # 3 points
+    assert decision({"A": 0.35, "band": band, "band_at_edge": []}, 0.30, 0.05)["action"] == "stop"  # recipe's margin
 
 
 def test_recipe_decide_section_is_strict_down_to_the_curate_sections(tmp_path):
@@ -262,7 +264,7 @@ def test_coscale_iteration_remeasures_adds_sft_on_unsolvable_and_trains_rl_on_so
     run_dir = Path(summary["run_dir"])
     assert [s["step"] for s in summary["steps"]] == ["init", "sft", "rl:stage1", "it1:sft", "it1:rl:stage1"]
     assert [d["after"] for d in summary["decisions"]] == ["rl:stage1", "it1:rl:stage1"]
-    pools = summary["coscale"]["it1:solutions"]["pools"]
+    [pools] = [note["pools"] for note in summary["coscale"] if note["name"] == "it1:solutions"]
     assert pools.get("solvable", 0) > 0 and pools.get("unsolvable", 0) > 0
     ledger = home / "pools" / "t" / "rollouts" / slug(str(run_dir / "rl" / "01-stage1" / "final"))
     measured = pl.read_parquet(sorted(ledger.glob("part-*.parquet")))
@@ -278,6 +280,8 @@ def test_coscale_iteration_remeasures_adds_sft_on_unsolvable_and_trains_rl_on_so
     assert config["train"] == str(run_dir / "coscale/it1/stage1.parquet") and set(shard["problem_id"]) <= solvable
     lineage = json.loads((run_dir / "rl/it1-01-stage1/final/lineage.json").read_text())["data"]
     assert lineage["curriculum"].endswith("curricula/t") and lineage["selection"].endswith("selection.parquet")
+    assert lineage["solutions"] == str(home / "solutions" / "cs-it1" / "sft.parquet")  # the iteration's solutions
+    assert lineage["coscale_iteration"] == 1
     again = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)  # resumes: nothing trained again
     assert [s["step"] for s in again["steps"]] == [s["step"] for s in summary["steps"]]
     assert again["decisions"] == summary["decisions"]
