@@ -54,10 +54,12 @@ def lineage(
     sft: pl.DataFrame,
     kept: pl.DataFrame,
     summary: dict[str, Any],
+    *,
+    selection_file: Path | None = None,
+    teacher_run: str | None = None,
 ) -> dict[str, Any]:
-    """Where every exported row came from (see the module docstring)."""
-    from curate.solutions.stage import selection_path, teacher_run_id
-
+    """Where every exported row came from (see the module docstring). ``selection_file`` / ``teacher_run``: the
+    selection table and teacher run id the stage resolved (passed in, so this module never imports the stage)."""
     used = kept.join(sft.select(S.SOLUTION_ID), on=S.SOLUTION_ID, how="semi")
     files = Counter(f for f in used["ledger_file"].to_list() if f)
     base = ws.pool_dir(pool)
@@ -67,13 +69,13 @@ def lineage(
     ]
     selection = None
     if cfg.selection:
-        path = selection_path(ws, cfg.selection)
+        path = selection_file if selection_file is not None else ws.selection_dir(cfg.selection) / "selection.parquet"
         selection = {"name": cfg.selection, "path": str(path), "sha256": io.file_hash(path)}
     teacher = None
     if cfg.teacher is not None:
         teacher = {
             **dataclasses.asdict(cfg.teacher),
-            "run_id": teacher_run_id(cfg),
+            "run_id": teacher_run,
             **{k: v for k, v in (summary.get("teacher") or {}).items() if k.endswith(("total", "this_run"))},
         }
         teacher["openai"].pop("api_key_env", None)
@@ -108,11 +110,14 @@ def write_export(
     kept: pl.DataFrame,
     summary: dict[str, Any],
     out_dir: Path,
+    *,
+    selection_file: Path | None = None,
+    teacher_run: str | None = None,
 ) -> Path:
     """Write ``sft.parquet``, ``lineage.json``, ``README.md`` and ``manifest.json`` (the manifest last)."""
     sft = sft_frame(problems, kept, cfg.k, cfg.instruction)
     io.write_parquet(sft, out_dir / SFT_FILE)
-    info = lineage(ws, pool, cfg, sft, kept, summary)
+    info = lineage(ws, pool, cfg, sft, kept, summary, selection_file=selection_file, teacher_run=teacher_run)
     io.write_json(out_dir / "lineage.json", info)
     name = out_dir.name
     io.write_text(out_dir / "README.md", dataset_card(name, summary, info, cfg))

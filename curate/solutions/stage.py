@@ -693,7 +693,11 @@ def solutions(
             "export": str(out_dir),
         }
         summary = summarize(state.kept, state.drops, pools, state.cands, cfg, extra)
-        export_mod.write_export(ws, pool, cfg, problems, state.kept, summary, out_dir)
+        export_mod.write_export(
+            ws, pool, cfg, problems, state.kept, summary, out_dir,
+            selection_file=selection_path(ws, cfg.selection) if cfg.selection else None,
+            teacher_run=teacher_run_id(cfg),
+        )  # fmt: skip
         return io.StageOutput(
             summary,
             tables={
