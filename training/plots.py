@@ -3,8 +3,8 @@
 - ``training.png`` (``plot_training``): reward and the kept-group fraction (groups left after zero-variance
   filtering) per step, from ``metrics.parquet``; any of its columns may be missing, and a missing one is left out.
 - ``eval.png`` (``plot_eval``): held-out pass@1 +- SE against compute, from ``eval.parquet``.
-- ``fit.png`` (``plot_fit``): the fitted sigmoid with its error band, the points left out of the fit, the asymptote A
-  and C_mid, extrapolated past the last measurement.
+- ``fit.png`` (``training.scaling.plot_fit``): the fitted sigmoid with its error band, the points left out of the
+  fit, the asymptote A and C_mid, extrapolated past the last measurement.
 
 matplotlib is imported inside the functions and used through ``Figure`` objects (Agg canvas, no pyplot state), so
 ``import training`` stays light and plotting is safe from any thread.
@@ -79,39 +79,6 @@ def plot_eval(run_dir: str | Path, out: str | Path | None = None, compute_unit: 
     return _save(fig, out or run_dir / "eval.png")
 
 
-def plot_fit(fit: Any, out: str | Path, extrapolate_to: float | None = None) -> Path:
-    """The measured points (hollow: left out of the fit), the fitted sigmoid and its band up to ``extrapolate_to``
-    (default 2x the last compute), the asymptote A and C_mid."""
-    import numpy as np
-
-    from training.scaling import extrapolate, extrapolate_band
-
-    c = np.asarray(fit.compute, dtype=float)
-    y = np.asarray(fit.pass_at_1, dtype=float)
-    c_end = max(float(extrapolate_to or 0.0), 2.0 * float(c.max()))
-    grid = np.linspace(0.0, c_end, 300)
-    fig, (ax,) = _figure(figsize=(7.5, 4.5))
-    used = (c >= fit.skip_below) & (c > 0)
-    ax.plot(c[used], y[used], "o", color="#1f77b4", ms=5, label=f"fitted ({int(used.sum())})")
-    if (~used).any():
-        ax.plot(c[~used], y[~used], "o", mfc="none", color="#1f77b4", ms=5, label=f"left out ({int((~used).sum())})")
-    lo, hi = extrapolate_band(fit, grid)
-    ax.fill_between(grid, lo, hi, color="#ff7f0e", alpha=0.2, lw=0, label=f"{fit.band_level:.0%} band")
-    measured = grid <= c.max()
-    pred = extrapolate(fit, grid)
-    ax.plot(grid[measured], pred[measured], "-", color="#ff7f0e", lw=1.6, label="sigmoid fit")
-    ax.plot(grid[~measured], pred[~measured], "--", color="#ff7f0e", lw=1.6, label="extrapolation")
-    ax.axhline(fit.A, color="#7f7f7f", ls=":", lw=1, label=f"A = {fit.A:.3f}")
-    if fit.C_mid <= c_end:
-        ax.axvline(fit.C_mid, color="#7f7f7f", ls="-.", lw=0.8, label=f"C_mid = {fit.C_mid:.4g}")
-    ax.set_xlabel(fit.compute_unit)
-    ax.set_ylabel("held-out pass@1")
-    ax.set_title(f"R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B): A={fit.A:.3f}, B={fit.B:.2f}, C_mid={fit.C_mid:.4g}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    return _save(fig, out)
-
-
 def plot_run(run_dir: str | Path, fit_cfg: Any = None) -> list[Path]:
     """Every figure the run folder has data for: training.png, eval.png and fit.png (the last needs at least four
     eval points with compute > 0); returns the paths written."""
@@ -124,5 +91,5 @@ def plot_run(run_dir: str | Path, fit_cfg: Any = None) -> list[Path]:
         df = pl.read_parquet(path)
         if df.filter(pl.col("compute") > 0).height >= 4:
             fit = scaling.fit_sigmoid(df["compute"], df["pass_at_1"], fit_cfg or scaling.FitConfig())
-            written.append(plot_fit(fit, run_dir / "fit.png"))
+            written.append(scaling.plot_fit(fit, run_dir / "fit.png"))
     return written

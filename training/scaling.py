@@ -431,8 +431,42 @@ def fit_run(
     }
     io.write_text(out / "fit.json", json.dumps(result, indent=2, default=float) + "\n")
     if plot:
-        from training.plots import plot_fit
-
         plot_fit(fit, out / "fit.png", extrapolate_to=max(targets))
         result["plot"] = str(out / "fit.png")
     return result
+
+
+def plot_fit(fit: Any, out: str | Path, extrapolate_to: float | None = None) -> Path:
+    """The measured points (hollow: left out of the fit), the fitted sigmoid and its band up to ``extrapolate_to``
+    (default 2x the last compute), the asymptote A and C_mid."""
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    c = np.asarray(fit.compute, dtype=float)
+    y = np.asarray(fit.pass_at_1, dtype=float)
+    c_end = max(float(extrapolate_to or 0.0), 2.0 * float(c.max()))
+    grid = np.linspace(0.0, c_end, 300)
+    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
+    ax = fig.subplots()
+    used = (c >= fit.skip_below) & (c > 0)
+    ax.plot(c[used], y[used], "o", color="#1f77b4", ms=5, label=f"fitted ({int(used.sum())})")
+    if (~used).any():
+        ax.plot(c[~used], y[~used], "o", mfc="none", color="#1f77b4", ms=5, label=f"left out ({int((~used).sum())})")
+    lo, hi = extrapolate_band(fit, grid)
+    ax.fill_between(grid, lo, hi, color="#ff7f0e", alpha=0.2, lw=0, label=f"{fit.band_level:.0%} band")
+    measured = grid <= c.max()
+    pred = extrapolate(fit, grid)
+    ax.plot(grid[measured], pred[measured], "-", color="#ff7f0e", lw=1.6, label="sigmoid fit")
+    ax.plot(grid[~measured], pred[~measured], "--", color="#ff7f0e", lw=1.6, label="extrapolation")
+    ax.axhline(fit.A, color="#7f7f7f", ls=":", lw=1, label=f"A = {fit.A:.3f}")
+    if fit.C_mid <= c_end:
+        ax.axvline(fit.C_mid, color="#7f7f7f", ls="-.", lw=0.8, label=f"C_mid = {fit.C_mid:.4g}")
+    ax.set_xlabel(fit.compute_unit)
+    ax.set_ylabel("held-out pass@1")
+    ax.set_title(f"R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B): A={fit.A:.3f}, B={fit.B:.2f}, C_mid={fit.C_mid:.4g}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    return out
