@@ -33,6 +33,7 @@ from tests.flows.test_server import BIN, POOL, REPO, _client, _wait_for, server 
 
 
 GPU_POOL = "training-gpu"
+STAGE1_STEPS = 5
 
 
 def write_recipes(tmp_path: Path) -> Path:
@@ -59,7 +60,8 @@ def write_recipes(tmp_path: Path) -> Path:
         "rl": {"loss_type": "cispo", "learning_rate": 1e-4, "num_generations": 2, "prompts_per_step": 2,
                "save_steps": 1, "gradient_checkpointing": False, "max_prompt_length": None},
         "plan_fields": ["max_response_length"], "scale": {"context": 1 / 128},
-        "stages": {"stage1": {"max_steps": 2}, "stage2": {"max_steps": 2, "max_completion_length": 96}},
+        # Stage 1 runs 5 steps so the kill (at its first checkpoint) lands mid-stage even on a busy box.
+        "stages": {"stage1": {"max_steps": STAGE1_STEPS}, "stage2": {"max_steps": 2, "max_completion_length": 96}},
         "only_stages": ["stage1", "stage2"],
         "eval": {"k": 2, "limit": 8, "max_new_tokens": 48, "every": 1},
     }))  # fmt: skip
@@ -234,7 +236,7 @@ def test_chain_deploys_resumes_after_a_killed_worker_publishes_artifacts_and_han
     assert [s["step"] for s in chain["steps"]] == ["init", "sft", "rl:stage1", "rl:stage2"]
     parts = sorted((home / "pools" / "t" / "rollouts" / "01-stage1").glob("part-*.parquet"))
     ledger = pl.concat([pl.read_parquet(p) for p in parts])
-    assert ledger.height == 2 * 2 * 2  # 2 steps x 2 prompts x 2 generations: resumed steps rewrote their parts
+    assert ledger.height == STAGE1_STEPS * 2 * 2  # steps x 2 prompts x 2 generations: resumed steps rewrote parts
     assert ledger.select("problem_id", "sample_idx").is_duplicated().sum() == 0
     summary = json.loads((run_dir / "summary.json").read_text())
     model = Path(summary["final_model"])
