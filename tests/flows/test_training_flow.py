@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from tests.flows.test_server import BIN, POOL, REPO, _client, _wait_for, server  # noqa: F401 (server: fixture)
+from tests.tiny_chain import write_tiny_chain
 
 
 GPU_POOL = "training-gpu"
@@ -37,35 +38,10 @@ STAGE1_STEPS = 5
 
 
 def write_recipes(tmp_path: Path) -> Path:
-    """The small curate + training recipes of tests/training/test_runner.py's chain test; returns the training one."""
-    curate_recipe = tmp_path / "curate.yaml"
-    curate_recipe.write_text(yaml.safe_dump({
-        "name": "t", "pool": "t", "seed": 0,
-        "stages": ["ingest", "score", "select", "curriculum", "solutions"],
-        "ingest": {"sources": [
-            {"path": "gen://arith?n=40&seed=0&max_level=1", "name": "t/train", "split": "train"},
-            {"path": "gen://arith?n=8&seed=1&max_level=1", "name": "t/eval", "split": "test"},
-        ]},
-        "score": {"use_embeddings": False},
-        "select": {"size": 24, "name": "t", "plots": False, "clusters": 1},
-        "curriculum": {"name": "t", "plan": "fastcurl", "selection": "t"},
-        "solutions": {"k": 2, "selection": "t"},
-    }))  # fmt: skip
-    recipe = tmp_path / "train.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "name": "chain", "pool": "t", "model": "tiny", "curate_recipe": str(curate_recipe), "curriculum": "t",
-        "tiny": {"size": "tiny", "corpus_problems": 300, "vocab_size": 400},
-        "sft": {"data": "solutions/t/sft.parquet", "learning_rate": 1e-3, "epochs": 1, "per_device_batch_size": 8,
-                "max_length": 256, "gradient_checkpointing": False},
-        "rl": {"loss_type": "cispo", "learning_rate": 1e-4, "num_generations": 2, "prompts_per_step": 2,
-               "save_steps": 1, "gradient_checkpointing": False, "max_prompt_length": None},
-        "plan_fields": ["max_response_length"], "scale": {"context": 1 / 128},
-        # Stage 1 runs 5 steps so the kill (at its first checkpoint) lands mid-stage even on a busy box.
-        "stages": {"stage1": {"max_steps": STAGE1_STEPS}, "stage2": {"max_steps": 2, "max_completion_length": 96}},
-        "only_stages": ["stage1", "stage2"],
-        "eval": {"k": 2, "limit": 8, "max_new_tokens": 48, "every": 1},
-    }))  # fmt: skip
-    return recipe
+    """The chain tests' tiny recipes (tests/tiny_chain.py); stage 1 runs 5 steps so the kill (at its first
+    checkpoint) lands mid-stage even on a busy box."""
+    stages = {"stage1": {"max_steps": STAGE1_STEPS}, "stage2": {"max_steps": 2, "max_completion_length": 96}}
+    return write_tiny_chain(tmp_path, stages=stages)
 
 
 def _descendants(pid: int) -> list[int]:

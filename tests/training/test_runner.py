@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from curate.errors import ConfigError
+from tests.tiny_chain import write_tiny_chain
 from training.plan import PlanScale, rl_stages
 from training.runner import decision, load_recipe
 
@@ -125,32 +126,7 @@ def test_chain_runs_sft_then_two_stages_with_growing_context_and_hands_the_model
     from training.runner import run_chain
 
     home = tmp_path / "ws"
-    curate_recipe = tmp_path / "curate.yaml"
-    curate_recipe.write_text(yaml.safe_dump({
-        "name": "t", "pool": "t", "seed": 0,
-        "stages": ["ingest", "score", "select", "curriculum", "solutions"],
-        "ingest": {"sources": [
-            {"path": "gen://arith?n=40&seed=0&max_level=1", "name": "t/train", "split": "train"},
-            {"path": "gen://arith?n=8&seed=1&max_level=1", "name": "t/eval", "split": "test"},
-        ]},
-        "score": {"use_embeddings": False},
-        "select": {"size": 24, "name": "t", "plots": False, "clusters": 1},
-        "curriculum": {"name": "t", "plan": "fastcurl", "selection": "t"},
-        "solutions": {"k": 2, "selection": "t"},
-    }))  # fmt: skip
-    recipe_path = tmp_path / "train.yaml"
-    recipe_path.write_text(yaml.safe_dump({
-        "name": "chain", "pool": "t", "model": "tiny", "curate_recipe": str(curate_recipe), "curriculum": "t",
-        "tiny": {"size": "tiny", "corpus_problems": 300, "vocab_size": 400},
-        "sft": {"data": "solutions/t/sft.parquet", "learning_rate": 1e-3, "epochs": 1, "per_device_batch_size": 8,
-                "max_length": 256, "gradient_checkpointing": False},
-        "rl": {"loss_type": "cispo", "learning_rate": 1e-4, "num_generations": 2, "prompts_per_step": 2,
-               "save_steps": 1, "gradient_checkpointing": False, "max_prompt_length": None},
-        "plan_fields": ["max_response_length"], "scale": {"context": 1 / 128},
-        "stages": {"stage1": {"max_steps": 2}, "stage2": {"max_steps": 2, "max_completion_length": 96}},
-        "only_stages": ["stage1", "stage2"],
-        "eval": {"k": 2, "limit": 8, "max_new_tokens": 48, "every": 1},
-    }))  # fmt: skip
+    recipe_path = write_tiny_chain(tmp_path)
     summary = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)
     run_dir = Path(summary["run_dir"])
     steps = [s["step"] for s in json.loads((run_dir / "chain.json").read_text())["steps"]]
@@ -232,34 +208,21 @@ def test_coscale_iteration_remeasures_adds_sft_on_unsolvable_and_trains_rl_on_so
     from training.runner import run_chain
 
     home = tmp_path / "ws"
-    curate_recipe = tmp_path / "curate.yaml"
-    curate_recipe.write_text(yaml.safe_dump({
-        "name": "t", "pool": "t", "seed": 0,
-        "stages": ["ingest", "score", "select", "curriculum", "solutions"],
-        "ingest": {"sources": [
-            {"path": "gen://arith?n=40&seed=0&max_level=1", "name": "t/train", "split": "train"},
-            {"path": "gen://arith?n=8&seed=1&max_level=1", "name": "t/eval", "split": "test"},
-        ]},
-        "score": {"use_embeddings": False},
-        "select": {"size": 24, "name": "t", "plots": False, "clusters": 1},
-        "curriculum": {"name": "t", "plan": "fastcurl", "selection": "t"},
-        "solutions": {"k": 2, "selection": "t"},
-    }))  # fmt: skip
-    recipe_path = tmp_path / "train.yaml"
-    recipe_path.write_text(yaml.safe_dump({
-        "name": "cs", "pool": "t", "model": "tiny", "curate_recipe": str(curate_recipe), "curriculum": "t",
-        "tiny": {"size": "tiny", "corpus_problems": 300, "vocab_size": 400},
-        "sft": {"data": "solutions/t/sft.parquet", "learning_rate": 1e-3, "epochs": 1, "per_device_batch_size": 8,
-                "max_length": 256, "gradient_checkpointing": False},
-        "rl": {"loss_type": "cispo", "learning_rate": 1e-4, "num_generations": 2, "prompts_per_step": 2,
-               "gradient_checkpointing": False, "max_prompt_length": None},
-        "plan_fields": ["max_response_length"], "scale": {"context": 1 / 128},
-        "stages": {"stage1": {"max_steps": 1}}, "only_stages": ["stage1"],
-        "eval": {"k": 1, "limit": 4, "max_new_tokens": 32},
+    rl = {
+        "loss_type": "cispo",
+        "learning_rate": 1e-4,
+        "num_generations": 2,
+        "prompts_per_step": 2,
+        "gradient_checkpointing": False,
+        "max_prompt_length": None,
+    }
+    recipe_path = write_tiny_chain(
+        tmp_path, name="cs", rl=rl, stages={"stage1": {"max_steps": 1}}, only_stages=["stage1"],
+        eval={"k": 1, "limit": 4, "max_new_tokens": 32},
         # pass rate 0 counts as solvable (unsolvable_below 0); the problems left unmeasured (limit) are unsolvable
-        "decide": {"coscale_iterations": 1, "rollout": {"n": 1, "max_tokens": 16, "limit": 30},
-                   "solutions": {"unsolvable_below": 0.0}},
-    }))  # fmt: skip
+        decide={"coscale_iterations": 1, "rollout": {"n": 1, "max_tokens": 16, "limit": 30},
+                "solutions": {"unsolvable_below": 0.0}},
+    )  # fmt: skip
     summary = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)
     run_dir = Path(summary["run_dir"])
     assert [s["step"] for s in summary["steps"]] == ["init", "sft", "rl:stage1", "it1:sft", "it1:rl:stage1"]

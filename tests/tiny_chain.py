@@ -1,0 +1,47 @@
+"""The small curate + training recipes the chain tests share (tests/training/test_runner.py, the Prefect flow test).
+
+A 40-problem level-1 arithmetic pool with an 8-problem test split, no embeddings, a FastCuRL curriculum and 2
+solutions per problem; the tiny model, one SFT epoch, CISPO stages of a few steps. ``train`` entries override or add
+top-level keys of the training recipe (``stages``, ``rl``, ``eval``, ``decide``, ...).
+
+    recipe = write_tiny_chain(tmp_path, name="chain", stages={"stage1": {"max_steps": 2}})
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def write_tiny_chain(tmp_path: Path, **train: Any) -> Path:
+    """Write ``curate.yaml`` and ``train.yaml`` into ``tmp_path``; return the training recipe's path."""
+    curate_recipe = tmp_path / "curate.yaml"
+    curate_recipe.write_text(yaml.safe_dump({
+        "name": "t", "pool": "t", "seed": 0,
+        "stages": ["ingest", "score", "select", "curriculum", "solutions"],
+        "ingest": {"sources": [
+            {"path": "gen://arith?n=40&seed=0&max_level=1", "name": "t/train", "split": "train"},
+            {"path": "gen://arith?n=8&seed=1&max_level=1", "name": "t/eval", "split": "test"},
+        ]},
+        "score": {"use_embeddings": False},
+        "select": {"size": 24, "name": "t", "plots": False, "clusters": 1},
+        "curriculum": {"name": "t", "plan": "fastcurl", "selection": "t"},
+        "solutions": {"k": 2, "selection": "t"},
+    }))  # fmt: skip
+    recipe = {
+        "name": "chain", "pool": "t", "model": "tiny", "curate_recipe": str(curate_recipe), "curriculum": "t",
+        "tiny": {"size": "tiny", "corpus_problems": 300, "vocab_size": 400},
+        "sft": {"data": "solutions/t/sft.parquet", "learning_rate": 1e-3, "epochs": 1, "per_device_batch_size": 8,
+                "max_length": 256, "gradient_checkpointing": False},
+        "rl": {"loss_type": "cispo", "learning_rate": 1e-4, "num_generations": 2, "prompts_per_step": 2,
+               "save_steps": 1, "gradient_checkpointing": False, "max_prompt_length": None},
+        "plan_fields": ["max_response_length"], "scale": {"context": 1 / 128},
+        "stages": {"stage1": {"max_steps": 2}, "stage2": {"max_steps": 2, "max_completion_length": 96}},
+        "only_stages": ["stage1", "stage2"],
+        "eval": {"k": 2, "limit": 8, "max_new_tokens": 48, "every": 1},
+    }  # fmt: skip
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump({**recipe, **train}))
+    return path
