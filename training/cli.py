@@ -1,9 +1,9 @@
 """The ``training`` command line.
 
-Today it has one verb, ``training reward``: score a file of completions with the exact reward function the GRPO/CISPO
-trainer will call (``training.rewards.accuracy_reward``, TRL's signature, over ``curate.verify``), so a user can
-check a shard's rewards before spending GPU hours. ``training run`` (SFT, RL stages, re-distillation) arrives with
-the training issue.
+Verbs: ``run`` (the whole chain from a recipe), ``show``, ``init-tiny``, ``sft``, ``rl``, ``redistill``, ``merge``,
+``eval``, ``fit`` and ``reward`` (score a file with the exact TRL reward the trainer calls). Errors go through
+``curate.cli.common.run_app``: a ``CurateError`` (bad config, missing input) prints one line and exits 2, anything
+else keeps its traceback.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import typer
 
 app = typer.Typer(
     name="training",
-    help="Train on curated shards (GRPO/CISPO with TRL). Today: `training reward` checks rewards on a file.",
+    help="Train on curated shards: SFT, GRPO/CISPO stages with TRL, re-distillation, merge, eval, scaling fit.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -170,7 +170,9 @@ def _config_mapping(config: Path | None, sets: list[str] | None) -> tuple[dict, 
     data = {}
     if config is not None:
         if not config.is_file():
-            raise FileNotFoundError(f"config {config} not found")
+            from curate.errors import ConfigError
+
+            raise ConfigError(f"config {config} not found")
         data = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
     return data, parse_overrides(sets)
 
@@ -220,16 +222,11 @@ def sft(
     as_json: _JsonOpt = False,
 ) -> None:
     """Supervised fine-tuning (TRL SFTTrainer, completion-only loss); re-running resumes or skips."""
-    from curate.errors import CurateError
     from training.sft import load_config, train_sft
 
-    try:
-        cfg = load_config(*_config_mapping(config, set_))
-        with contextlib.redirect_stdout(sys.stderr):  # the trainer's log lines; stdout keeps the result alone
-            metrics = train_sft(cfg, model=model, data=data, out_dir=out)
-    except (CurateError, FileNotFoundError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    cfg = load_config(*_config_mapping(config, set_))
+    with contextlib.redirect_stdout(sys.stderr):  # the trainer's log lines; stdout keeps the result alone
+        metrics = train_sft(cfg, model=model, data=data, out_dir=out)
     _report({"final": str(out / "final"), **metrics}, as_json)
 
 
@@ -246,21 +243,16 @@ def redistill(
     as_json: _JsonOpt = False,
 ) -> None:
     """CoScale-RL re-distillation: SFT the initial model on the latest correct RL solutions per problem."""
-    from curate.errors import CurateError
     from training.redistill import load_config
     from training.redistill import redistill as run
 
-    try:
-        data, overrides = _config_mapping(config, set_)
-        if last_steps is not None:
-            overrides["last_steps"] = last_steps
-        if per_problem is not None:
-            overrides["per_problem"] = per_problem
-        with contextlib.redirect_stdout(sys.stderr):  # the trainer's log lines; stdout keeps the result alone
-            metrics = run(load_config(data, overrides), initial=initial, ledger=ledger, problems=problems, out_dir=out)
-    except (CurateError, FileNotFoundError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    data, overrides = _config_mapping(config, set_)
+    if last_steps is not None:
+        overrides["last_steps"] = last_steps
+    if per_problem is not None:
+        overrides["per_problem"] = per_problem
+    with contextlib.redirect_stdout(sys.stderr):  # the trainer's log lines; stdout keeps the result alone
+        metrics = run(load_config(data, overrides), initial=initial, ledger=ledger, problems=problems, out_dir=out)
     _report({"final": str(out / "final"), **metrics}, as_json)
 
 
@@ -307,15 +299,10 @@ def rl(
 
     Example: training rl --model runs/sft/final --train stage1.parquet --out runs/rl1 --set max_steps=160
     """
-    from curate.errors import CurateError
     from training.rl import load_rl_config, train_rl
 
-    try:
-        cfg = load_rl_config(*_config_mapping(config, set_))
-        summary = train_rl(cfg, model=model, train=train, out_dir=out, home=home, pool=pool)
-    except (CurateError, FileNotFoundError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    cfg = load_rl_config(*_config_mapping(config, set_))
+    summary = train_rl(cfg, model=model, train=train, out_dir=out, home=home, pool=pool)
     _report(summary, as_json)
 
 
@@ -360,7 +347,9 @@ def show(
     elif (run_dir / "lineage.json").is_file():
         payload = read_lineage(run_dir)
     else:
-        raise FileNotFoundError(f"{run_dir} has neither chain.json (a run) nor lineage.json (a model)")
+        from curate.errors import InputError
+
+        raise InputError(f"{run_dir} has neither chain.json (a run) nor lineage.json (a model)")
     if as_json:
         sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
         return
