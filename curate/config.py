@@ -236,15 +236,24 @@ def recipe_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None) -
     return dataclasses.replace(recipe, stage_configs=stage_configs)
 
 
-def load_recipe(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Recipe:
-    """Read a recipe YAML, apply dotted overrides, validate. Raises ``ConfigError`` on anything unknown."""
+def read_yaml(path: str | Path, what: str = "recipe") -> dict[str, Any]:
+    """A YAML file that must hold a mapping (an empty file is ``{}``); ``ConfigError`` names ``what`` otherwise.
+
+    The one reader of recipe and config files: curation recipes, training recipes, ``--config`` files.
+    """
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"recipe {path} not found")
+        raise ConfigError(f"{what} {path} not found")
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     if not isinstance(data, Mapping):
-        raise ConfigError(f"recipe {path} must be a YAML mapping")
-    return recipe_from_mapping(apply_overrides(dict(data), overrides), base_dir=path.resolve().parent)
+        raise ConfigError(f"{what} {path} must be a YAML mapping")
+    return dict(data)
+
+
+def load_recipe(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Recipe:
+    """Read a recipe YAML, apply dotted overrides, validate. Raises ``ConfigError`` on anything unknown."""
+    data = read_yaml(path, "recipe")
+    return recipe_from_mapping(apply_overrides(data, overrides), base_dir=Path(path).resolve().parent)
 
 
 def _resolve(p: str, base_dir: Path) -> str:

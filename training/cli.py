@@ -163,18 +163,9 @@ def fit(
 
 def _config_mapping(config: Path | None, sets: list[str] | None) -> tuple[dict, dict]:
     """(YAML file content, ``--set key=value`` overrides) for a verb's strict config loader."""
-    import yaml
+    from curate.config import parse_overrides, read_yaml
 
-    from curate.config import parse_overrides
-
-    data = {}
-    if config is not None:
-        if not config.is_file():
-            from curate.errors import ConfigError
-
-            raise ConfigError(f"config {config} not found")
-        data = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
-    return data, parse_overrides(sets)
+    return (read_yaml(config, "config") if config is not None else {}), parse_overrides(sets)
 
 
 def _report(payload: dict, as_json: bool) -> None:

@@ -56,11 +56,10 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import yaml
 
 from curate import io
 from curate import schema as S
-from curate.config import ConfigError, apply_overrides, from_mapping, parse_overrides
+from curate.config import ConfigError, apply_overrides, from_mapping, parse_overrides, read_yaml
 from curate.curriculum.sampler import POLICIES, SamplerConfig
 
 
@@ -193,10 +192,7 @@ def load_rl_config(
     if isinstance(source, Mapping):
         loaded = source
     elif source is not None:
-        path = Path(source)
-        if not path.is_file():
-            raise ConfigError(f"config {path} not found")
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        loaded = read_yaml(source, "config")
     if not isinstance(loaded, Mapping):
         raise ConfigError(f"RL config {source} must be a YAML mapping")
     data = dict(loaded["rl"] if isinstance(loaded.get("rl"), Mapping) else loaded)

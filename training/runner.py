@@ -74,8 +74,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from curate import io
 from curate.config import from_mapping
 from curate.errors import ConfigError, InputError
@@ -175,15 +173,9 @@ class RunRecipe:
 
 def load_recipe(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunRecipe:
     """Read and validate a training recipe; ``overrides`` are dotted ``key=value`` settings (``rl.max_steps``)."""
-    from curate.config import apply_overrides
+    from curate.config import apply_overrides, read_yaml
 
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"training recipe {path} not found")
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{path}: a training recipe is a YAML mapping")
-    data = apply_overrides(dict(data), dict(overrides or {}))
+    data = apply_overrides(read_yaml(path, "training recipe"), dict(overrides or {}))
     recipe = from_mapping(RunRecipe, data, "recipe")
     # Validate every section now, so a typo fails before any model is built.
     from_mapping(PlanScale, recipe.scale, "scale")
