@@ -9,12 +9,16 @@ Pairs (all from ../shared/data, read in place):
 
 Naive loop = what users write today: ``math_verify.verify(parse(gold), parse(completion))`` per item, in one thread,
 with math-verify's default timeouts. It is measured on a seeded random subset (``--naive-n``; 0 = all pairs) when the
-full run would take too long. Ours = ``check_batch`` over all pairs, cold (worker pool spawned inside the timing) and
+full run would take too long. Ours = ``check_batch`` over all pairs, cold (worker pool started inside the timing) and
 warm (pool already up: the steady state of a pipeline or a training run). Agreement is measured on the naive
 subset, against the naive loop as written and against the same loop with the gold wrapped in ``$...$`` (so that
 math-verify reads bare LaTeX golds such as tuples as LaTeX).
 
-    .venv/bin/python bench/bench_verify.py [--naive-n 4000] [--workers 0] [--fastcurl 6962] [--seed 0]
+    .venv/bin/python bench/bench_verify.py [--runs 3] [--naive-n 4000] [--workers 0] [--fastcurl 6962] [--seed 0]
+
+With ``--runs N`` ours runs N times from a cold start (pool shut down, parent memos cleared), each run between the two
+halves of the naive loop as written (so that a drifting load on the shared box weighs on both alike), and the last
+lines list every run's ratios.
 """
 
 from __future__ import annotations
@@ -27,8 +31,6 @@ import re
 import time
 from collections import Counter
 from pathlib import Path
-
-import polars as pl
 
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -53,6 +55,8 @@ def perturb(gold: str) -> str | None:
 
 def load_pairs(n_fastcurl: int, seed: int) -> list[tuple[str, str, str]]:
     """(source, gold, completion) triples."""
+    import polars as pl  # here, not at the top: every spawned checker worker re-imports this script
+
     from curate.verify.answers import normalize_answer
 
     pairs = []
@@ -96,12 +100,54 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def ours_run(verify, golds: list[str], completions: list[str], cfg) -> tuple[list, list[float], list[float]]:
+    """``check_batch`` from a cold start: verdicts, wall and CPU seconds (parent + workers) of each half.
+
+    Two calls on disjoint halves: the first pays the pool's start-up, the second is the steady state of a pipeline or
+    a training run (a second call on the *same* pairs would hit the workers' caches instead).
+    """
+    verify.shutdown()
+    for cached in (verify._key, verify._no_solution, verify._unit):  # the parent's memos: every run starts cold
+        cached.cache_clear()
+    n = len(golds)
+    ours: list = [None] * n
+    walls, cpus = [], []
+    for half in (list(range(0, n, 2)), list(range(1, n, 2))):
+        t0, c0 = time.perf_counter(), time.process_time()
+        pids = [w.proc.pid for w in verify._POOL.workers] if verify._POOL is not None else []
+        w0 = cpu_seconds(pids)
+        verdicts = verify.check_batch([completions[i] for i in half], [golds[i] for i in half], cfg)
+        for i, v in zip(half, verdicts, strict=True):
+            ours[i] = v
+        walls.append(time.perf_counter() - t0)
+        pids = pids or [w.proc.pid for w in verify._POOL.workers]
+        cpus.append(time.process_time() - c0 + cpu_seconds(pids) - w0)  # parent + workers (replaced ones lost)
+    return ours, walls, cpus
+
+
+def agreement(pairs: list, ours: list, idx: list[int], ref: list[bool], examples: int) -> None:
+    """Print the agreement of ours with one naive variant, and a few disagreements per source."""
+    dis = [(i, r) for i, r in zip(idx, ref, strict=True) if ours[i].correct != r]
+    by_source = dict(Counter(pairs[i][0] for i, _ in dis))
+    print(f"      agreement {1 - len(dis) / len(idx):.4f} ({len(dis)} differ: {by_source})")
+    per_source: dict[str, list] = {}
+    for i, r in dis:  # a few of each source
+        per_source.setdefault(pairs[i][0], []).append((i, r))
+    shown = [x for group in per_source.values() for x in group[: max(1, examples // len(per_source))]]
+    for i, r in shown:
+        src, gold, completion = pairs[i]
+        tail = completion[-120:].replace("\n", " ")
+        print(f"      [{src}] gold={gold!r} ours={ours[i].verdict}/{ours[i].detail} {ours[i].extracted!r}, naive={r}")
+        print(f"          ...{tail}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--naive-n", type=int, default=4000, help="Pairs for the naive loop (0: all).")
     ap.add_argument("--workers", type=int, default=0, help="check_batch workers (0: one per core).")
     ap.add_argument("--fastcurl", type=int, default=6962, help="FastCuRL golds sampled (x2 pairs each).")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--runs", type=int, default=1, help="Cold runs of ours, each followed by the naive loop.")
     ap.add_argument("--examples", type=int, default=6, help="Disagreements to print per naive variant.")
     args = ap.parse_args()
 
@@ -113,59 +159,48 @@ def main() -> None:
     pairs = load_pairs(args.fastcurl, args.seed)
     golds = [g for _, g, _ in pairs]
     completions = [c for _, _, c in pairs]
-    print(f"pairs: {len(pairs)} {dict(Counter(s for s, _, _ in pairs))}")
-
-    cfg = verify.VerifyConfig(workers=args.workers)
-    verify.shutdown()
-    # Two calls on disjoint halves: the first pays the pool's spawn and warm-up, the second is the steady state of a
-    # pipeline or a training run (a second call on the *same* pairs would hit the workers' caches instead).
-    halves = [list(range(0, len(pairs), 2)), list(range(1, len(pairs), 2))]
-    ours: list = [None] * len(pairs)
-    walls, cpus = [], []
-    for half in halves:
-        t0, c0 = time.perf_counter(), time.process_time()
-        pids = [w.proc.pid for w in verify._POOL.workers] if verify._POOL is not None else []
-        w0 = cpu_seconds(pids)
-        verdicts = verify.check_batch([completions[i] for i in half], [golds[i] for i in half], cfg)
-        for i, v in zip(half, verdicts, strict=True):
-            ours[i] = v
-        walls.append(time.perf_counter() - t0)
-        pids = pids or [w.proc.pid for w in verify._POOL.workers]
-        cpus.append(time.process_time() - c0 + cpu_seconds(pids) - w0)  # parent + workers (replaced ones lost)
-    total, warm = len(pairs) / sum(walls), len(halves[1]) / walls[1]
-    ours_cpu_ms = 1000 * sum(cpus) / len(pairs)
-    print(f"ours  all pairs, incl. pool spawn: {total:8.1f} items/s ({sum(walls):.1f} s wall)")
-    print(f"ours  second half, pool warm:      {warm:8.1f} items/s ({walls[1]:.1f} s wall)")
-    print(f"ours  CPU (parent + workers):      {ours_cpu_ms:8.2f} ms/item")
-    print(f"ours  verdicts: {dict(Counter(v.verdict for v in ours))}")
-    for src in dict.fromkeys(s for s, _, _ in pairs):
-        idx = [i for i, p in enumerate(pairs) if p[0] == src]
-        print(f"      {src:20s} accuracy {sum(ours[i].correct for i in idx) / len(idx):.3f}")
-
+    print(f"pairs: {len(pairs)} {dict(Counter(s for s, _, _ in pairs))}; load average {os.getloadavg()[0]:.1f}")
     rng = random.Random(args.seed)
     subset = sorted(rng.sample(range(len(pairs)), args.naive_n)) if 0 < args.naive_n < len(pairs) else None
     idx = subset if subset is not None else list(range(len(pairs)))
-    print(f"naive loop on {'a random subset of ' if subset else 'all '}{len(idx)} pairs:")
-    for name, wrap in (("parse(gold)", False), ("parse($gold$)", True)):
-        ref, wall, cpu = naive([pairs[i] for i in idx], wrap)
-        rate, cpu_ms = len(idx) / wall, 1000 * cpu / len(idx)
-        dis = [(i, r) for i, r in zip(idx, ref, strict=True) if ours[i].correct != r]
-        print(f"  {name:14s} {rate:8.1f} items/s, {cpu_ms:.2f} CPU ms/item")
-        ratios = f"{total / rate:.1f}x incl. spawn, {warm / rate:.1f}x warm, {cpu_ms / ours_cpu_ms:.1f}x in CPU time"
-        print(f"      speed-up {ratios}")
-        by_source = dict(Counter(pairs[i][0] for i, _ in dis))
-        print(f"      agreement {1 - len(dis) / len(idx):.4f} ({len(dis)} differ: {by_source})")
-        per_source: dict[str, list] = {}
-        for i, r in dis:  # a few of each source
-            per_source.setdefault(pairs[i][0], []).append((i, r))
-        shown = [x for group in per_source.values() for x in group[: max(1, args.examples // len(per_source))]]
-        for i, r in shown:
-            src, gold, completion = pairs[i]
-            tail = completion[-120:].replace("\n", " ")
-            print(
-                f"      [{src}] gold={gold!r} ours={ours[i].verdict}/{ours[i].detail} {ours[i].extracted!r}, naive={r}"
-            )
-            print(f"          ...{tail}")
+    cfg = verify.VerifyConfig(workers=args.workers)
+    summary = []
+    for run in range(1, args.runs + 1):
+        # The naive loop as written runs half before and half after ours: a load that drifts during the run (the box
+        # is shared) then weighs on both sides alike.
+        before = naive([pairs[i] for i in idx[: len(idx) // 2]], False)
+        ours, walls, cpus = ours_run(verify, golds, completions, cfg)
+        after = naive([pairs[i] for i in idx[len(idx) // 2 :]], False)
+        total, warm = len(pairs) / sum(walls), len(pairs) / 2 / walls[1]
+        ours_cpu_ms = 1000 * sum(cpus) / len(pairs)
+        print(f"run {run}/{args.runs} (load average {os.getloadavg()[0]:.1f})")
+        print(f"ours  all pairs, incl. pool start-up: {total:8.1f} items/s ({sum(walls):.1f} s wall)")
+        print(f"ours  second half, pool warm:         {warm:8.1f} items/s ({walls[1]:.1f} s wall)")
+        print(f"ours  CPU (parent + workers):         {ours_cpu_ms:8.2f} ms/item")
+        if run == 1:
+            print(f"ours  verdicts: {dict(Counter(v.verdict for v in ours))}")
+            for src in dict.fromkeys(s for s, _, _ in pairs):
+                ids = [i for i, p in enumerate(pairs) if p[0] == src]
+                print(f"      {src:20s} accuracy {sum(ours[i].correct for i in ids) / len(ids):.3f}")
+            print(f"naive loop on {'a random subset of ' if subset else 'all '}{len(idx)} pairs:")
+        variants = (("parse(gold)", False), ("parse($gold$)", True)) if run == 1 else (("parse(gold)", False),)
+        for name, wrap in variants:
+            if wrap:
+                ref, wall, cpu = naive([pairs[i] for i in idx], wrap)
+            else:
+                ref, wall, cpu = before[0] + after[0], before[1] + after[1], before[2] + after[2]
+            rate, cpu_ms = len(idx) / wall, 1000 * cpu / len(idx)
+            ratios = (total / rate, warm / rate, cpu_ms / ours_cpu_ms)
+            print(f"  {name:14s} {rate:8.1f} items/s, {cpu_ms:.2f} CPU ms/item")
+            up, wm, cp = ratios
+            print(f"      speed-up {up:.1f}x incl. start-up, {wm:.1f}x warm, {cp:.1f}x in CPU time")
+            if not wrap:
+                summary.append(ratios)
+            if run == 1:
+                agreement(pairs, ours, idx, ref, args.examples)
+    for k, name in enumerate(("incl. start-up", "warm", "in CPU time")):
+        print(f"speed-up over parse(gold), {name:14s}, per run: " + ", ".join(f"{r[k]:.1f}x" for r in summary))
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

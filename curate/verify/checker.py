@@ -16,8 +16,10 @@ How one completion is judged:
    (``\emptyset``, ``None``) match only each other; plain numbers are compared exactly (``Decimal``), and two
    different integers are ``wrong``; numeric LaTeX (fractions, roots, pi, tuples of them) is evaluated by
    ``verify_numeric`` and decided only when clearly equal or clearly different. A value with a unit (``12 km/h``)
-   is compared by its value unless both sides name different units. Gold forms joined by an upper-case ``OR`` are
-   alternatives, and "a, b, and c" is the list "a, b, c". The rest goes to
+   is compared by its value unless both sides name different units. Without a unit, ``x = 12`` is compared by its
+   value the way math-verify does (same letter, or against a gold without "="), and expressions in variables that
+   clearly differ at a sample point are ``wrong`` (``verify_numeric.compare_symbolic``; never ``correct``). Gold forms
+   joined by an upper-case ``OR`` are alternatives, and "a, b, and c" is the list "a, b, c". The rest goes to
    math-verify: the gold is parsed once per problem (cached in each worker), the candidate once per distinct answer,
    and any gold alternative may match.
 
@@ -30,10 +32,11 @@ was extracted; a truncated completion that did state an answer is graded like an
 Processes: math-verify's timeouts use ``SIGALRM``, which works only in a main thread. ``check_batch`` therefore runs
 math-verify in worker processes (``spawn``), where the alarm works, and the parent also kills a worker that overruns
 ``item_timeout_s`` (a C-level hang no signal can stop): that item is marked, the worker replaced, the rest of the batch
-continues. The pool is created lazily, kept for later calls, and shut down at exit. ``check`` runs in-process in the
-main thread and through the pool elsewhere. Most of the speed comes from deduplicating identical (gold, answer) pairs
-and from the fast paths, which never reach math-verify. Scripts that call the pool need the usual
-``if __name__ == "__main__":`` guard (spawn re-imports the main module).
+continues. The pool is created lazily (``check_batch`` starts it at its first math-verify task, so that the workers'
+imports overlap the screening of the rest of the batch), kept for later calls, and shut down at exit. ``check`` runs
+in-process in the main thread and through the pool elsewhere. Most of the speed comes from deduplicating identical
+(gold, answer) pairs and from the fast paths, which never reach math-verify. Scripts that call the pool need the
+usual ``if __name__ == "__main__":`` guard (spawn re-imports the main module).
 """
 
 from __future__ import annotations
@@ -254,6 +257,45 @@ def _fast(golds: tuple[str, ...], cand: str) -> str | None:
     return verify_numeric.compare(golds, cand)
 
 
+_ASSIGNMENT = re.compile(r"^([A-Za-z])\s*=\s*([^=<>]+)$")  # "x = 12": one letter, one "=", no other relation
+_RELATION = re.compile(r"[=<>]|\\(?:le|ge|leq|geq|neq|ne|approx|equiv|sim|in|subset)(?![A-Za-z])")
+
+
+def _assignment(answer: str) -> tuple[str, str] | None:
+    """``(letter, value)`` of ``x = <number>`` (value numeric LaTeX, one scalar), else ``None``."""
+    m = _ASSIGNMENT.match(answer)
+    if not m or m.group(1) not in verify_numeric.VARIABLES:  # e = 5 is "E = 5" to math-verify, never an assignment
+        return None
+    try:
+        kind, _ = verify_numeric.evaluate(m.group(2))
+    except ValueError:
+        return None
+    return (m.group(1).lower(), m.group(2).strip()) if kind == "scalar" else None
+
+
+def _fast_forms(golds: tuple[str, ...], cand: str) -> str | None:
+    """The fast paths past ``_fast`` for answers with no unit: assignments and expressions in variables.
+
+    Assignments follow math-verify's rules: ``x = 12`` against ``x = 22`` compares the values (the same letter on
+    both sides, upper case = lower case); an assignment against a gold without "=" compares its value (``x = 12``
+    is 12), and so does a gold assignment against a candidate without a relation. Otherwise ``compare_symbolic``
+    says ``wrong`` for expressions in variables that clearly differ.
+    """
+    ca = _assignment(cand)
+    gas = [_assignment(g) for g in golds]
+    if ca is not None:
+        if all(ga is not None and ga[0] == ca[0] for ga in gas):
+            return _fast(tuple(ga[1] for ga in gas), ca[1])  # type: ignore[index]
+        if not any("=" in g for g in golds):
+            return _fast(golds, ca[1])
+        return None
+    if all(ga is not None for ga in gas):
+        return None if _RELATION.search(cand) else _fast(tuple(ga[1] for ga in gas), cand)  # type: ignore[index]
+    if any("=" in g for g in golds) or "=" in cand:
+        return None
+    return verify_numeric.compare_symbolic(golds, cand)
+
+
 def _golds(gold: Any) -> tuple[str, ...]:
     """Normalized gold alternatives; ``a \\text{ OR } b`` (equivalent forms, DeepScaleR) counts as two."""
     if hasattr(gold, "tolist") or hasattr(gold, "to_list"):  # a numpy array / polars series from a list column
@@ -388,25 +430,43 @@ def shutdown() -> None:
         _POOL = None
 
 
-def _run_tasks(
-    tasks: list, cfg: VerifyConfig, workers: int | None, on_done: Callable[[int], None]
-) -> list[tuple[str, str]]:
-    """Judge tasks in the module's pool, created on first use and again after a fork or a change of size."""
+def _pool(cfg: VerifyConfig, workers: int | None) -> Any:
+    """The module's pool (call with ``_POOL_LOCK`` held), created on first use and again after a fork or a change
+    of size. Creating it only starts the worker processes: they import math-verify while the caller goes on."""
     global _POOL
-    if not tasks:
-        return []
     from curate.verify.pool import Pool
 
     n = max(1, workers or cfg.workers or os.cpu_count() or 1)
+    if _POOL is not None and (
+        _POOL.pid != os.getpid() or (len(_POOL.workers), _POOL.memory_mb) != (n, cfg.worker_memory_mb)
+    ):
+        if _POOL.pid == os.getpid():
+            _POOL.close()
+        _POOL = None
+    if _POOL is None:
+        _POOL = Pool(n, _worker_init, _worker_task, cfg.worker_memory_mb)
+    return _POOL
+
+
+def _start_pool(cfg: VerifyConfig, workers: int | None) -> None:
+    """Start the workers now (``check_batch`` calls this at its first math-verify task, so that their start-up
+    overlaps the screening of the rest of the batch). A no-op when the pool is busy in another thread."""
+    if _POOL_LOCK.acquire(blocking=False):
+        try:
+            _pool(cfg, workers)
+        finally:
+            _POOL_LOCK.release()
+
+
+def _run_tasks(
+    tasks: list, cfg: VerifyConfig, workers: int | None, on_done: Callable[[int], None]
+) -> list[tuple[str, str]]:
+    """Judge tasks in the module's pool (see ``_pool``)."""
+    global _POOL
+    if not tasks:
+        return []
     with _POOL_LOCK:
-        if _POOL is not None and (
-            _POOL.pid != os.getpid() or (len(_POOL.workers), _POOL.memory_mb) != (n, cfg.worker_memory_mb)
-        ):
-            if _POOL.pid == os.getpid():
-                _POOL.close()
-            _POOL = None
-        if _POOL is None:
-            _POOL = Pool(n, _worker_init, _worker_task, cfg.worker_memory_mb)
+        _pool(cfg, workers)
         try:
             return _POOL.run(tasks, cfg, item_timeout_s=cfg.item_timeout_s, chunk_size=cfg.chunk_size, on_done=on_done)
         except BaseException:  # interrupted, or a worker could not start: never reuse workers in an unknown state
@@ -447,6 +507,8 @@ def _screen(
         fast = _fast(golds, cand)
         if fast is None:
             return None, (golds, cand, False)
+    elif fast is None:
+        fast = _fast_forms(golds, answer)
     if fast is not None:
         return Verdict(fast, fast == "correct", answer, how), None
     return None, (golds, answer, False)
@@ -517,6 +579,8 @@ def check_batch(
         if verdict is not None:
             out[i] = verdict
         else:
+            if not unique:
+                _start_pool(cfg, workers)  # the workers import math-verify while the rest is screened
             unique.setdefault(task, []).append(i)
     tasks = sorted(unique)  # same gold side by side: parsed once per chunk and cached in the worker
     from curate.progress import bar  # here, not at the top: spawn workers import this module

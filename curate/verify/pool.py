@@ -149,7 +149,9 @@ class Pool:
         from multiprocessing.connection import wait
 
         results: list[Any] = [None] * len(items)
-        size = max(1, min(chunk_size, math.ceil(len(items) / (2 * len(self.workers)))))
+        # Small chunks (about 8 per worker): items differ in cost by 100x, and one worker left alone with the last
+        # big chunk would set the wall time. A message per item is cheap next to a math-verify call.
+        size = max(1, min(chunk_size, math.ceil(len(items) / (8 * len(self.workers)))))
         queue = deque(list(range(i, min(i + size, len(items)))) for i in range(0, len(items), size))
         left = len(items)
 

@@ -150,6 +150,59 @@ def test_numeric_fast_path_agrees_with_math_verify():
         assert verify_numeric.compare((gold,), cand) is None
 
 
+# (gold, candidate): the fast paths past plain numbers (assignments, expressions in variables, percent, degrees,
+# ratios, based numbers, matrices, sets, intervals, ln, e, factorials, binomials) must decide these like math-verify.
+FORMS = [
+    ("3x-2", "2x-2"),
+    ("x^4+4", "x^5+4"),
+    ("\\frac{10m}{m-10}", "\\frac{20m}{m-10}"),
+    ("(k+1, k, k)", "(k+2, k, k)"),
+    ("N = 2", "n = 3"),
+    ("x = \\frac{1}{2}", "X = 0.5"),
+    ("12", "x = 12"),
+    ("x = 12", "13"),
+    ("13.04\\%", "23.04\\%"),
+    ("50\\%", "50.0\\%"),
+    ("10^\\circ", "20^{\\circ}"),
+    ("16:3", "26:3"),
+    ("1:2", "2:4"),
+    ("1000111_2", "2000111_2"),
+    ("\\begin{pmatrix} 1 & 0 \\\\ 2018 & 1 \\end{pmatrix}", "\\begin{pmatrix} 2 & 0 \\\\ 2018 & 1 \\end{pmatrix}"),
+    ("\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", "\\begin{pmatrix} \\frac{2}{2} \\\\ 2 \\end{pmatrix}"),
+    ("\\{4,5,7\\}", "\\{7,5,4\\}"),
+    ("[-1,2]", "[-2,2]"),
+    ("3-\\ln 2", "4-\\ln 2"),
+    ("\\ln 4", "2\\ln 2"),
+    ("\\frac{1}{e}", "\\frac{2}{e}"),
+    ("\\binom{5}{2}", "10"),
+    ("(5!)^3", "(6!)^3"),
+]
+# Left to math-verify: it differs from plain arithmetic here (sets drop repeats, e is Euler's number, an empty
+# interval equals every other one), or floats cannot tell (a difference of 10^4 next to 10^60).
+TO_MATH_VERIFY = [
+    ("5, 5, 7", "5, 7, 7"),
+    ("e=5", "e=6"),
+    ("(x+1, x)", "(x+2, x)"),
+    ("14849-\\frac{9999}{200}\\binom{200}{99}", "24849-\\frac{9999}{200}\\binom{200}{99}"),
+    ("10^{17}+1-10^{17}", "0"),
+    ("f(x) = x + 1", "f(x) = x + 2"),
+    ("\\ln 2x", "\\ln 3x"),
+]
+
+
+def test_form_fast_paths_agree_with_math_verify():
+    for gold, cand in FORMS:
+        fast, task = verify._screen(f"\\boxed{{{cand}}}", verify._golds(gold), PATIENT, None, None)
+        assert task is None and fast is not None, (gold, cand)
+        slow, _ = verify._judge((verify._golds(gold), cand, False), PATIENT, {})
+        assert fast.verdict == slow, (gold, cand, fast, slow)
+    for gold, cand in TO_MATH_VERIFY:
+        fast, task = verify._screen(f"\\boxed{{{cand}}}", verify._golds(gold), PATIENT, None, None)
+        assert fast is None and task is not None, (gold, cand, fast)
+    assert check("\\boxed{5, 7, 7}", "5, 5, 7", PATIENT).verdict == "correct"  # math-verify's sets: {5, 7} both
+    assert check("\\boxed{12}", "12 m", PATIENT).verdict == "correct"  # a unit is not a variable m
+
+
 def test_truncation_rule_and_gold_problems():
     assert check("I was still computing 3+", "7", finish_reason="length").verdict == "truncated"
     graded = check("\\boxed{7} and then I kept", "7", finish_reason="length")  # an answer was given: graded
