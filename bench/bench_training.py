@@ -41,7 +41,9 @@ def _mean_se(values: list[float]) -> tuple[float, float]:
 def _eval(model_dir: Path, heldout: Any, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     from training.evaluate import EvalConfig, evaluate
 
-    cfg = EvalConfig(k=args.k, temperature=0.6, max_new_tokens=args.max_new_tokens, batch_size=64, seed=seed)
+    cfg = EvalConfig(
+        k=args.k, temperature=args.eval_temperature, max_new_tokens=args.max_new_tokens, batch_size=64, seed=seed
+    )
     r = evaluate(model_dir, heldout, cfg)
     return {"pass_at_1": r["pass_at_1"], "stderr": r["stderr"], "n": r["n_problems"], "k": r["k"]}
 
@@ -177,7 +179,8 @@ def rl(args: argparse.Namespace) -> dict[str, Any]:
             cfg = load_rl_config({
                 "loss_type": "cispo", "learning_rate": args.rl_lr, "num_generations": args.n,
                 "prompts_per_step": args.prompts, "max_steps": args.steps, "save_steps": args.eval_every,
-                "save_total_limit": None, "max_completion_length": args.max_new_tokens, "temperature": 1.0,
+                "save_total_limit": None, "max_completion_length": args.max_new_tokens,
+                "temperature": args.rl_temperature, "warmup_steps": args.warmup,
                 "gradient_checkpointing": False, "seed": seed, **extra,
             })  # fmt: skip
             t0 = time.perf_counter()
@@ -252,7 +255,10 @@ def main() -> None:
     p.add_argument("--n", type=int, default=8)
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--eval-every", type=int, default=20)
+    p.add_argument("--eval-every", type=int, default=10, help="rl: checkpoint evals (the fit needs >= 3 in half)")
+    p.add_argument("--warmup", type=int, default=0, help="rl: warm-up steps")
+    p.add_argument("--rl-temperature", type=float, default=1.0)
+    p.add_argument("--eval-temperature", type=float, default=0.6)
     p.add_argument("--arms", nargs="*", default=None, help=f"rl arms to run (default all: {list(ARMS)})")
     args = p.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)

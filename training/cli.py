@@ -335,6 +335,9 @@ def show(
         fit = run_dir / "fit.json"
         if fit.is_file():
             payload["fit"] = json.loads(fit.read_text()).get("advice")
+        summary = run_dir / "summary.json"
+        if summary.is_file():
+            payload["gain_over_sft"] = json.loads(summary.read_text()).get("gain_over_sft")
     elif (run_dir / "lineage.json").is_file():
         payload = read_lineage(run_dir)
     else:
@@ -349,6 +352,10 @@ def show(
             f"{step['step']:<24} pass@1 {step.get('pass_at_1', float('nan')):.3f} ± {step.get('stderr', 0):.3f}  "
             f"{step.get('wall_s', 0):>6.0f} s  {step['model']}"
         )
+    gain = payload.get("gain_over_sft")
+    if gain:
+        typer.echo(f"{gain['after']} - sft: {gain['gain']:+.3f} ± {gain['stderr']:.3f} (paired SE over "
+                   f"{gain['n_problems']} problems), z = {gain['z']:.1f}")  # fmt: skip
     if "steps" not in payload:
         _report(payload, False)
     elif payload.get("fit"):

@@ -261,3 +261,34 @@ def read_eval(run_dir: str | Path) -> pl.DataFrame:
     """A run's eval curve (empty frame with the eval schema when none was written)."""
     path = Path(run_dir) / EVAL_FILE
     return pl.read_parquet(path) if path.is_file() else pl.DataFrame(schema=EVAL_SCHEMA)
+
+
+def paired_gain(after: pl.DataFrame, before: pl.DataFrame) -> dict[str, Any]:
+    """How much ``after`` beats ``before`` on the same held-out problems, with the paired standard error.
+
+    Both are ``evaluate``'s ``per_problem`` tables (problem_id, mean, scored). Two models scored on the same
+    problems share each problem's difficulty, so the right error bar for their difference is that of the
+    per-problem differences: SE = sd(mean_after - mean_before) / sqrt(n), over problems scored in both. It is
+    smaller than either model's own SE (which mostly measures how hard the problems are), and is what "RL beats
+    SFT by z standard errors" means here. Returns gain, stderr, z (gain / stderr), n_problems and the two pass
+    rates on the common problems (after_rate, before_rate).
+    """
+    key = [S.PROBLEM_ID]
+    a = after.filter(pl.col("scored")).select(*key, pl.col("mean").alias("a"))
+    b = before.filter(pl.col("scored")).select(*key, pl.col("mean").alias("b"))
+    both = a.join(b, on=key, how="inner")
+    n = both.height
+    if n < 2:
+        raise ValueError(f"paired_gain needs >= 2 problems scored by both models, got {n}")
+    diff = (both["a"] - both["b"]).to_list()
+    gain = sum(diff) / n
+    var = sum((d - gain) ** 2 for d in diff) / (n - 1)
+    se = math.sqrt(var / n)
+    return {
+        "gain": gain,
+        "stderr": se,
+        "z": gain / se if se > 0 else (math.inf if gain > 0 else -math.inf if gain < 0 else 0.0),
+        "n_problems": n,
+        "after_rate": float(both["a"].mean()),
+        "before_rate": float(both["b"].mean()),
+    }

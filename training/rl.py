@@ -638,7 +638,10 @@ def grpo_args(cfg: RLConfig, out_dir: Path, world_size: int) -> Any:
         num_iterations=cfg.num_iterations,
         max_steps=cfg.max_steps,
         learning_rate=cfg.learning_rate,
-        lr_scheduler_type=cfg.lr_scheduler_type,
+        # transformers' 'constant' ignores warmup_steps; a recipe that asks for warmup gets it
+        lr_scheduler_type="constant_with_warmup"
+        if cfg.lr_scheduler_type == "constant" and cfg.warmup_steps
+        else cfg.lr_scheduler_type,
         warmup_steps=cfg.warmup_steps,
         weight_decay=cfg.weight_decay,
         adam_epsilon=cfg.adam_epsilon,

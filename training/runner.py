@@ -50,6 +50,8 @@ Run folder (``runs/<name>`` under the workspace unless ``--out``)::
     rl/NN-<stage>/  train_rl run folders       coscale/itN/  pools snapshot, restricted shards, SFT rows, sft/
     eval.parquet  RL eval curve (step, compute, pass_at_1, stderr)   metrics.parquet  RL metrics of every stage
     fit.json, training.png, eval.png, fit.png  the fit and the figures      summary.json  the run's summary
+    evals/<step>.parquet  per-problem held-out results of each step; summary.json's ``gain_over_sft`` pairs
+                  the last RL model with the SFT model on them (gain, paired SE, z)
 
 Lineage: every model folder the chain trains (SFT, RL stages, re-distillation) gets the chain's lineage in its card
 and ``lineage.json`` (``chain_lineage``: pool, selection, curriculum, solutions table, resolved recipe, run folder;
@@ -82,6 +84,7 @@ from training.plan import PLAN_FIELDS, PlanScale, StagePlan, rl_stages, single_s
 
 CHAIN = "chain.json"
 SUMMARY = "summary.json"
+EVALS = "evals"  # per-problem held-out results of every chain step (<step>.parquet)
 STOP, CONTINUE = "stop", "continue"
 
 
@@ -428,7 +431,9 @@ def stamp_lineage(model_dir: str | Path, lineage: Mapping[str, Any]) -> bool:
 
 
 # --------------------------------------------------------------------------------------------------- helpers
-def _eval(model_dir: Path, run: Run) -> dict[str, Any]:
+def _eval(model_dir: Path, run: Run, save_as: str | None = None) -> dict[str, Any]:
+    """Held-out eval of one model with the recipe's settings; ``save_as`` keeps its per-problem table in
+    ``<run>/evals/<save_as>.parquet`` (what ``gain_over_sft`` pairs up)."""
     from training.evaluate import EvalConfig, evaluate, heldout_problems
 
     recipe, sec = run.recipe, run.recipe.eval
@@ -438,7 +443,29 @@ def _eval(model_dir: Path, run: Run) -> dict[str, Any]:
         batch_size=sec.batch_size, seed=recipe.seed, threads=sec.threads,
     )  # fmt: skip
     result = evaluate(model_dir, heldout, cfg)
+    if save_as is not None:
+        io.write_parquet(result["per_problem"], run.run_dir / EVALS / f"{_safe(save_as)}.parquet")
     return {k: result[k] for k in ("pass_at_1", "stderr", "n_problems", "k", "warning") if k in result}
+
+
+def _safe(step: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in step)
+
+
+def gain_over_sft(run: Run) -> dict[str, Any] | None:
+    """The last RL model against the SFT model on the same held-out problems (``evaluate.paired_gain``): the
+    figure a user asks of the chain, "did RL beat SFT, by how many standard errors?". None without both."""
+    import polars as pl
+
+    from training.evaluate import paired_gain
+
+    folder = run.run_dir / EVALS
+    rl = [r["step"] for r in run.chain().steps if "rl_steps" in r]
+    rl = [step for step in rl if (folder / f"{_safe(step)}.parquet").is_file()]
+    if not rl or not (folder / "sft.parquet").is_file():
+        return None
+    out = paired_gain(pl.read_parquet(folder / f"{_safe(rl[-1])}.parquet"), pl.read_parquet(folder / "sft.parquet"))
+    return {"after": rl[-1], "before": "sft", **out}
 
 
 def plan_stages(recipe: RunRecipe, ws: io.Workspace) -> list[StagePlan]:
@@ -639,7 +666,7 @@ def evaluate_model(run: Run, state: ChainState) -> ChainState:
             ev = _eval(ckpt, run)
             append_eval(run.run_dir, p["offset_step"] + step, p["offset_compute"] + compute.get(step, step), ev)
             run.echo(f"[chain]   {p['step']} step {step}: pass@1 = {ev['pass_at_1']:.3f} ± {ev['stderr']:.3f}")
-    ev = _eval(Path(p["model"]), run)
+    ev = _eval(Path(p["model"]), run, save_as=p["step"])
     extra = {k: p[k] for k in ("rl_steps", "compute", "stage_dir", "offset_step", "offset_compute") if k in p}
     rec = {"step": p["step"], "model": p["model"], "wall_s": round(p["wall_s"] + time.perf_counter() - t0, 1),
            **ev, **extra}  # fmt: skip
@@ -962,8 +989,13 @@ def run_chain(
 
     # 6. fit and figures, 7. summary
     fit = step("fit", fit_and_plot, run, state)
+    gain = gain_over_sft(run)
+    if gain is not None:
+        run.echo(f"[chain] {gain['after']} vs sft on the same {gain['n_problems']} held-out problems: "
+                 f"{gain['gain']:+.3f} ± {gain['stderr']:.3f} (paired SE), z = {gain['z']:.1f}")  # fmt: skip
     wall = round(time.perf_counter() - t_run, 1)
-    return step("summary", write_summary, run, state, fit, {"wall_s": wall, "timings": timings})
+    extra = {"wall_s": wall, "timings": timings, "gain_over_sft": gain}
+    return step("summary", write_summary, run, state, fit, extra)
 
 
 if __name__ == "__main__":

@@ -161,3 +161,23 @@ def test_cli_eval_prints_pass_at_1_on_the_test_split(tiny, ws, capsys):
     assert "weak evidence" in captured.err
     assert main(["eval", str(path), "--home", str(ws.root), "--pool", "missing"]) == 2
     assert main(["eval", str(ws.root), "--home", str(ws.root), "--pool", "p"]) == 2
+
+
+def test_paired_gain_uses_per_problem_differences_on_common_scored_problems():
+    from training.evaluate import paired_gain
+
+    before = pl.DataFrame({"problem_id": ["a", "b", "c", "d", "x"], "mean": [0.0, 0.5, 1.0, 0.25, 0.0],
+                           "scored": [True, True, True, True, True]})  # fmt: skip
+    after = pl.DataFrame({"problem_id": ["a", "b", "c", "d", "y"], "mean": [0.25, 0.75, 1.0, 0.25, 1.0],
+                          "scored": [True, True, True, False, True]})  # fmt: skip
+    g = paired_gain(after, before)  # common scored problems: a, b, c; differences 0.25, 0.25, 0
+    assert g["n_problems"] == 3
+    assert g["gain"] == pytest.approx(1 / 6)
+    sd = math.sqrt(((0.25 - 1 / 6) ** 2 * 2 + (1 / 6) ** 2) / 2)
+    assert g["stderr"] == pytest.approx(sd / math.sqrt(3))
+    assert g["z"] == pytest.approx((1 / 6) / (sd / math.sqrt(3)))
+    assert (g["after_rate"], g["before_rate"]) == (pytest.approx(2 / 3), pytest.approx(0.5))
+    # the paired SE is below the unpaired one when problems differ in difficulty
+    assert g["stderr"] < math.sqrt(0.25 / 3)
+    with pytest.raises(ValueError, match=">= 2 problems"):
+        paired_gain(after.head(1), before.head(1))

@@ -390,3 +390,19 @@ def test_two_gloo_ranks_end_with_identical_curriculum_state(tiny, train_file, tm
     assert ranks[0]["steps"] == 3 and ranks[0]["curriculum"]["groups"] == 3 * 4  # each group fed once, not per rank
     state = json.loads((run / "checkpoints" / "checkpoint-3" / "sampler_state.json").read_text())
     assert state["curriculum"]["counts"]["groups"] == 3 * 4
+
+
+def test_warmup_is_honoured_with_the_default_constant_schedule(tmp_path):
+    """transformers' 'constant' schedule ignores warmup_steps; the stage must warm up when the recipe asks."""
+    import torch
+    from transformers import get_scheduler
+
+    from training.rl import grpo_args
+
+    for warmup, kind in ((0, "constant"), (10, "constant_with_warmup")):
+        args = grpo_args(load_rl_config(None, [f"warmup_steps={warmup}", "learning_rate=1e-4"]), tmp_path, 1)
+        assert args.lr_scheduler_type.value == kind
+    args = grpo_args(load_rl_config(None, ["warmup_steps=10", "learning_rate=1e-4"]), tmp_path, 1)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-4)
+    sched = get_scheduler(args.lr_scheduler_type, opt, num_warmup_steps=args.warmup_steps, num_training_steps=100)
+    assert sched.get_last_lr()[0] == 0.0  # first step at lr 0, full lr after 10 steps

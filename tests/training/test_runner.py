@@ -140,6 +140,11 @@ def test_chain_runs_sft_then_two_stages_with_growing_context_and_hands_the_model
         assert 0.0 <= step["pass_at_1"] <= 1.0 and step["n_problems"] == 8
     curve = pl.read_parquet(run_dir / "eval.parquet")
     assert curve["step"].to_list() == sorted(curve["step"].to_list()) and curve.height >= 3  # checkpoints + finals
+    # The last RL model against SFT, paired on the same held-out problems (per-problem tables in evals/).
+    gain = summary["gain_over_sft"]
+    assert (gain["after"], gain["before"], gain["n_problems"]) == ("rl:stage2", "sft", 8)
+    sft_rate = pl.read_parquet(run_dir / "evals" / "sft.parquet")["mean"].mean()
+    assert gain["before"] == "sft" and gain["gain"] == pytest.approx(gain["after_rate"] - sft_rate)
     # Re-running the same command trains nothing again.
     again = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)
     assert [s["step"] for s in again["steps"]] == steps
