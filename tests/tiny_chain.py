@@ -40,7 +40,7 @@ def write_tiny_chain(tmp_path: Path, **train: Any) -> Path:
         "plan_fields": ["max_response_length"], "scale": {"context": 1 / 128},
         "stages": {"stage1": {"max_steps": 2}, "stage2": {"max_steps": 2, "max_completion_length": 96}},
         "only_stages": ["stage1", "stage2"],
-        "eval": {"k": 2, "limit": 8, "max_new_tokens": 48, "every": 1},
+        "eval": {"k": 2, "limit": 8, "init_limit": 4, "max_new_tokens": 48, "every": 1},
     }  # fmt: skip
     path = tmp_path / "train.yaml"
     path.write_text(yaml.safe_dump({**recipe, **train}))

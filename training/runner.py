@@ -93,7 +93,9 @@ STOP, CONTINUE = "stop", "continue"
 class EvalSection:
     """Held-out evaluation (recipe key ``eval``): ``split`` problems of the pool, ``limit`` of them, k samples.
 
-    every: evaluate RL checkpoints every this many steps (0: only each stage's final model). The other keys are
+    every: evaluate RL checkpoints every this many steps (0: only each stage's final model). init_limit: at most
+    this many problems for the starting model (None: ``limit``); a model built from scratch scores 0 and samples
+    to ``max_new_tokens`` every time, so confirming that on a few problems saves minutes. The other keys are
     ``training.evaluate.EvalConfig``'s.
     """
 
@@ -105,6 +107,7 @@ class EvalSection:
     max_new_tokens: int = 1024
     batch_size: int = 64
     limit: int | None = None
+    init_limit: int | None = None
     threads: int = 0
 
 
@@ -437,7 +440,8 @@ def _eval(model_dir: Path, run: Run, save_as: str | None = None) -> dict[str, An
     from training.evaluate import EvalConfig, evaluate, heldout_problems
 
     recipe, sec = run.recipe, run.recipe.eval
-    heldout = heldout_problems(run.ws, recipe.pool, split=sec.split, limit=sec.limit)
+    limit = sec.init_limit if save_as == "init" and sec.init_limit is not None else sec.limit
+    heldout = heldout_problems(run.ws, recipe.pool, split=sec.split, limit=limit)
     cfg = EvalConfig(
         k=sec.k, temperature=sec.temperature, top_p=sec.top_p, max_new_tokens=sec.max_new_tokens,
         batch_size=sec.batch_size, seed=recipe.seed, threads=sec.threads,
