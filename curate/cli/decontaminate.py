@@ -20,7 +20,10 @@ Pool = Annotated[str, typer.Option("--pool", "-p", help="Pool to read (see `cura
 Encoder = Annotated[
     str,
     typer.Option(
-        "--encoder", "-e", help="'default' (offline all-MiniLM-L6-v2), a sentence-transformers name, or a path."
+        "--encoder",
+        "-e",
+        help="'default' (= 'minilm', all-MiniLM-L6-v2 offline), 'static-minilm' (distilled from it: 70x+ less CPU, "
+        "not the same decisions, see bench/README.md), a sentence-transformers name, or a path.",
     ),
 ]
 Dtype = Annotated[
@@ -84,11 +87,16 @@ def decontaminate(
     embeddings: Annotated[
         bool, typer.Option("--embeddings/--no-embeddings", help="Run the embedding-similarity test too.")
     ] = True,
-    embed_threshold: Annotated[float, typer.Option(help="Min cosine of the embedding test.")] = 0.85,
+    embed_threshold: Annotated[
+        float | None, typer.Option(help="Min cosine of the embedding test (default: the encoder's calibrated one).")
+    ] = None,
     dedup: Annotated[
         bool, typer.Option("--dedup/--no-dedup", help="Cluster near-duplicates inside the train pool.")
     ] = True,
-    dedup_threshold: Annotated[float, typer.Option(help="Min cosine for two train problems to be near-dups.")] = 0.95,
+    dedup_threshold: Annotated[
+        float | None,
+        typer.Option(help="Min cosine for two train problems to be near-dups (default: the encoder's calibrated)."),
+    ] = None,
     encoder: Encoder = "default",
     dtype: Dtype = "auto",
     home: Home = None,

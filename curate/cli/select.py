@@ -21,11 +21,19 @@ Embed = Annotated[
 ]
 
 
-def _embed_settings(items: list[str] | None):
-    """``--embed KEY=VALUE`` options as an ``EmbedConfig`` (unknown keys fail with a suggestion)."""
+Encoder = Annotated[
+    str | None,
+    typer.Option(help="Encoder of the clusters: default (= minilm), static-minilm (fast), a model name or path."),
+]
+
+
+def _embed_settings(items: list[str] | None, encoder: str | None = None):
+    """``--embed KEY=VALUE`` options (and ``--encoder``) as an ``EmbedConfig`` (unknown keys fail with a
+    suggestion)."""
     from curate import config
     from curate.embed import EmbedConfig
 
+    items = [*(items or []), *([f"encoder={encoder}"] if encoder else [])]
     return config.from_mapping(EmbedConfig, config.parse_overrides(items), "--embed")
 
 
@@ -48,6 +56,7 @@ def score(
         bool, typer.Option("--embeddings/--no-embeddings", help="Use the encoder (off: text features, one cluster).")
     ] = True,
     embed: Embed = None,
+    encoder: Encoder = None,
     seed: Annotated[int, typer.Option(help="Seed of the predictor split and k-means.")] = 0,
     home: Home = None,
     lock_timeout: LockWait = None,
@@ -65,7 +74,7 @@ def score(
         pseudo_count=pseudo_count,
         predictor=predictor,
         use_embeddings=embeddings,
-        embed=_embed_settings(embed),
+        embed=_embed_settings(embed, encoder),
     )
     ws = workspace(home, lock_timeout)
     result = score_mod.score_pool(ws, pool, cfg, seed=seed, force=force, progress=not as_json)
@@ -101,6 +110,7 @@ def select(
     keep_zero_variance: Annotated[bool, typer.Option(help="Do not drop problems with all-equal rewards.")] = False,
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Write the PNG figures.")] = True,
     embed: Embed = None,
+    encoder: Encoder = None,
     home: Home = None,
     lock_timeout: LockWait = None,
     as_json: Json = False,
@@ -124,7 +134,7 @@ def select(
         drop_solved=not keep_solved,
         drop_zero_variance=not keep_zero_variance,
         plots=plots,
-        embed=_embed_settings(embed),
+        embed=_embed_settings(embed, encoder),
     )
     result = select_mod.select_pool(
         workspace(home, lock_timeout), pool, cfg, name=name or pool, seed=seed, force=force, progress=not as_json

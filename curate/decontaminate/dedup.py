@@ -45,21 +45,22 @@ SIMILARITY = "similarity"  # cosine between a dropped problem and its representa
 class DedupConfig:
     """Near-duplicate clustering inside the train pool.
 
-    enabled: run it at all. threshold: minimum cosine (embeddings are L2-normalized). same_numbers: also require
+    enabled: run it at all. threshold: minimum cosine (embeddings are L2-normalized); None = the encoder's
+    calibrated value (``curate.embed.THRESHOLDS``), resolved by the stage. same_numbers: also require
     equal numbers, or, for two problems of at least ``number_slack_tokens`` tokens, one side's numbers to be a
     sub-multiset of the other's. block_size: rows per tile of the blocked
     similarity product. max_neighbors: edges kept per problem (the strongest), bounding memory on huge clusters.
     """
 
     enabled: bool = True
-    threshold: float = 0.95
+    threshold: float | None = None
     same_numbers: bool = True
     number_slack_tokens: int = 40
     block_size: int = 2048
     max_neighbors: int = 64
 
     def __post_init__(self) -> None:
-        if not -1.0 <= self.threshold <= 1.0:
+        if self.threshold is not None and not -1.0 <= self.threshold <= 1.0:
             raise ConfigError(f"dedup.threshold must be a cosine in [-1, 1], got {self.threshold}")
         if self.block_size < 1 or self.max_neighbors < 1:
             raise ConfigError("dedup.block_size and dedup.max_neighbors must be >= 1")
@@ -77,7 +78,7 @@ _SYNONYMS = {
     "ldots": "dots", "cdots": "dots", "dotsm": "dots", "dotsb": "dots", "dotsc": "dots", "dotso": "dots",
     "to": "rightarrow", "mapsto": "rightarrow", "longrightarrow": "rightarrow",
     "lvert": "|", "rvert": "|", "vert": "|", "mid": "|",
-    "equal": "=", "gets": "leftarrow",
+    "equal": "=", "gets": "leftarrow", "plus": "+", "minus": "-",  # AoPS writes \plus{}, \equal{}, \minus{}
 }  # fmt: skip
 _FORMAT_ONLY = frozenset(
     {
@@ -305,6 +306,8 @@ def near_duplicates(
                 SIMILARITY: pl.Series([None] * n, dtype=pl.Float64),
             }
         )
+    if cfg.threshold is None:
+        raise ConfigError("dedup.threshold is unset: give a cosine, or run the stage, which takes the encoder's")
     keys = [A.answer_key(a or "") for a in frame[S.ANSWER].to_list()]
     codes = pl.Series(keys).cast(pl.Categorical).to_physical().to_numpy()
     i, j, _ = similarity_edges(

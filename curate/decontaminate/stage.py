@@ -26,7 +26,9 @@ candidate (bench/README.md has the counts): n = 8 tokens; n-gram threshold 0.4 (
 and one at 0.35 that the embedding test catches; at n = 5 and 0.3, short items whose small-integer answers
 coincide got through); embedding threshold 0.85 with all-MiniLM-L6-v2 (0.85-0.89 holds reworded olympiad
 problems, all true leaks; at 0.80 a different functional equation with the same answer got in). All pairs above
-0.9 were already found by the text tests.
+0.9 were already found by the text tests. The cosine thresholds (embedding test, near duplicates) are per encoder
+(``curate.embed.THRESHOLDS``): unset in the config, they are the encoder's calibrated values, and the resolved
+values and the encoder's cache key are recorded in the stage's manifest.
 
 Then, among the train problems that are not contaminated, near-duplicate clusters are found (``curate.dedup``).
 Outputs: ``filters.parquet`` (schema.FILTERS, one row per train problem) and the stage's own quarantine table
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -57,7 +59,7 @@ from curate.decontaminate.dedup import (
     numbers_compatible,
     tokenize,
 )
-from curate.embed import EmbedConfig, embed_problems, encoder_key
+from curate.embed import EmbedConfig, embed_problems, encoder_key, thresholds
 from curate.io import StageResult
 
 
@@ -75,7 +77,8 @@ class DecontamConfig:
     inside the train problem, and only the numbers must be compatible, not the answers (a train item that adds a
     second question still leaks the first). number_slack_tokens: benchmark items shorter than this (in tokens)
     need exactly the train problem's numbers; longer or contained ones allow a sub-multiset either way.
-    use_embeddings / embed_threshold: the embedding test and its minimum cosine. compatible: require the
+    use_embeddings / embed_threshold: the embedding test and its minimum cosine (None: the encoder's calibrated
+    value, ``curate.embed.THRESHOLDS``; so is ``dedup.threshold``). compatible: require the
     numbers-and-answer agreement of the module docstring (off: text alone). verify_answers: ask math-verify
     (``curate.verify``) about answers the string rules cannot match (``\frac 9{16\sqrt 2}`` vs
     ``\frac{9}{32} \sqrt{2}``). max_candidates: benchmark items checked per train problem and test. max_examples:
@@ -89,7 +92,7 @@ class DecontamConfig:
     contained_threshold: float = 1.0
     number_slack_tokens: int = 40
     use_embeddings: bool = True
-    embed_threshold: float = 0.85
+    embed_threshold: float | None = None
     compatible: bool = True
     verify_answers: bool = True
     max_candidates: int = 3
@@ -106,6 +109,21 @@ class DecontamConfig:
 
 def load_config(recipe: Recipe) -> DecontamConfig:
     return from_mapping(DecontamConfig, recipe.stage_config(STAGE), STAGE)
+
+
+def with_thresholds(cfg: DecontamConfig) -> DecontamConfig:
+    """``cfg`` with the encoder's calibrated cosines where ``embed_threshold`` / ``dedup.threshold`` are None (an
+    encoder without calibration then fails with a ConfigError naming the two keys)."""
+    need_embed = cfg.use_embeddings and cfg.embed_threshold is None
+    need_dedup = cfg.dedup.enabled and cfg.dedup.threshold is None
+    if not (need_embed or need_dedup):
+        return cfg
+    t = thresholds(cfg.embed.encoder)
+    return replace(
+        cfg,
+        embed_threshold=t.contamination if cfg.embed_threshold is None else cfg.embed_threshold,
+        dedup=replace(cfg.dedup, threshold=t.near_duplicate if cfg.dedup.threshold is None else cfg.dedup.threshold),
+    )
 
 
 # --------------------------------------------------------------------------------------------------- matching
@@ -248,6 +266,7 @@ def decontaminate(
     runs when both vector arrays are given and ``cfg.use_embeddings``. ``equivalent`` overrides the math-verify
     answer check (``curate.verify.equivalent_batch`` when ``cfg.verify_answers``).
     """
+    cfg = with_thresholds(cfg)
     if equivalent is None:
         equivalent = _default_equivalent(cfg)
     t_side, b_side = _Side.of(train, cfg.ngram_n), _Side.of(bench, cfg.ngram_n)
@@ -439,6 +458,7 @@ def run(
     progress: bool = False,
 ) -> tuple[pl.DataFrame, pl.DataFrame, list[dict[str, Any]]]:
     """Decontaminate, then cluster the clean train problems: (filters, duplicates, ignored siblings). Pure."""
+    cfg = with_thresholds(cfg)
     contamination, ignored = decontaminate(train, bench, cfg, train_vecs, bench_vecs, progress)
     clean = ~contamination[S.CONTAMINATED].to_numpy()
     rows = np.flatnonzero(clean)
@@ -475,7 +495,9 @@ def decontaminate_pool(
     filters_path, q_path = ws.table(pool, "filters"), ws.quarantine_path(pool, STAGE)
     bench_paths = [ws.require_pool(p) for p in cfg.benchmark_pools]
     needs_vectors = cfg.use_embeddings or cfg.dedup.enabled
-    conf = asdict(cfg) | ({"encoder_key": encoder_key(cfg.embed)} if needs_vectors else {})
+    cfg = with_thresholds(cfg)
+    key = encoder_key(cfg.embed) if needs_vectors else None
+    conf = asdict(cfg) | ({"encoder_key": key} if needs_vectors else {})
 
     def work(_manifest) -> io.StageOutput:
         problems = io.read_parquet(problems_path, S.PROBLEMS)
@@ -490,6 +512,11 @@ def decontaminate_pool(
         at_ingest = exact_at_ingest(io.read_quarantine(ws, pool))
         new_rows = quarantine_rows(train, filters, duplicates, bench)
         summary = summarize(train, bench, filters, duplicates, ignored, at_ingest, cfg.max_examples)
+        summary["encoder"] = key
+        summary["thresholds"] = {
+            "embedding": cfg.embed_threshold if cfg.use_embeddings else None,
+            "near_duplicate": cfg.dedup.threshold if cfg.dedup.enabled else None,
+        }
         return io.StageOutput(
             summary,
             tables={

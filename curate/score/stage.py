@@ -36,7 +36,7 @@ import polars as pl
 
 from curate import cluster, config, io
 from curate import schema as S
-from curate.embed import EmbedConfig
+from curate.embed import EmbedConfig, encoder_key
 from curate.io import StageResult
 from curate.progress import bar
 from curate.score.des import (  # noqa: F401  (re-exported: the curriculum builds DES at t > 0 from these)
@@ -497,6 +497,8 @@ def score_pool(
     out = ws.table(pool, "scores")
     stats_path, filters_path = ws.table(pool, "stats"), ws.table(pool, "filters")
     conf = asdict(cfg) | {"seed": seed, "pool": pool}
+    if cfg.use_embeddings:  # the concrete encoder (``default`` is an alias): its clusters differ from another's
+        conf["encoder_key"] = encoder_key(cfg.embed)
 
     def work(_manifest) -> io.StageOutput:
         problems = io.read_parquet(problems_path, S.PROBLEMS)

@@ -30,7 +30,7 @@ import polars as pl
 
 from curate import config, io, prompts
 from curate import schema as S
-from curate.embed import EmbedConfig
+from curate.embed import EmbedConfig, encoder_key
 from curate.errors import ConfigError, InputError, MissingInput
 from curate.io import StageResult
 
@@ -324,6 +324,8 @@ def select_pool(
     paths = [problems_path, scores_path, filters_path] + ([Path(cfg.scores_file)] if cfg.scores_file else [])
     out = ws.selection_dir(name)
     conf = asdict(cfg) | {"seed": seed, "pool": pool, "name": name}
+    if (cfg.clusters or 0) > 1:  # re-clusters over embeddings: record the concrete encoder
+        conf["encoder_key"] = encoder_key(cfg.embed)
 
     def work(manifest: io.Manifest) -> io.StageOutput:
         problems = io.read_parquet(problems_path, S.PROBLEMS)

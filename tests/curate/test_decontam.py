@@ -53,7 +53,8 @@ TRAIN = [  # (problem, answer, what it is)
     ("Alice has 3 apples and buys 4 more. How many apples does she have now?", "7", "unrelated"),
 ]
 LEAKS = {0: "exact", 1: "ngram", 2: "embedding"}
-NO_MATH_VERIFY = DecontamConfig(verify_answers=False, embed=EmbedConfig(dtype="float32"))
+MINILM = EmbedConfig(encoder="minilm", dtype="float32")  # the thresholds these tests pin are MiniLM's
+NO_MATH_VERIFY = DecontamConfig(verify_answers=False, embed=MINILM)
 
 
 def table(rows, split: str, sources=None) -> pl.DataFrame:
@@ -101,8 +102,8 @@ def test_text_tests_find_formatting_and_ngram_leaks_but_not_siblings(frames):
 
 def test_embedding_catches_a_paraphrase_and_the_guard_refuses_siblings(frames, ws):
     train, bench = frames
-    cfg = DecontamConfig(embed_threshold=0.85, verify_answers=False)
-    vecs = embed_problems(ws, pl.concat([train, bench]), EmbedConfig(dtype="float32"))
+    cfg = DecontamConfig(embed_threshold=0.85, verify_answers=False, embed=MINILM)
+    vecs = embed_problems(ws, pl.concat([train, bench]), MINILM)
     t_vecs, b_vecs = vecs[: train.height], vecs[train.height :]
     result, ignored = decontaminate(train, bench, cfg, t_vecs, b_vecs)
     assert {k: v for k, v in kinds_of(train, result).items() if v} == LEAKS
@@ -167,7 +168,7 @@ def write_pool(ws, frames, extra_quarantine=True) -> None:
 
 def test_stage_writes_filters_and_replaces_its_quarantine_rows(frames, ws):
     write_pool(ws, frames)
-    cfg = DecontamConfig(embed_threshold=0.9, verify_answers=False, embed=EmbedConfig(dtype="float32"))
+    cfg = DecontamConfig(embed_threshold=0.9, verify_answers=False, embed=MINILM)
     result = decontaminate_pool(ws, "p", cfg)
     s = result.summary
     assert (s["train"], s["contaminated"], s["near_duplicates_dropped"], s["kept"]) == (8, 3, 1, 4)

