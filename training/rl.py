@@ -619,6 +619,8 @@ def grpo_args(cfg: RLConfig, out_dir: Path, world_size: int) -> Any:
     import torch
     from trl import GRPOConfig
 
+    from training.sft import lr_schedule
+
     total = cfg.generation_batch_size
     micro = cfg.micro_batch_size or total // world_size
     if total % (micro * world_size):
@@ -638,10 +640,7 @@ def grpo_args(cfg: RLConfig, out_dir: Path, world_size: int) -> Any:
         num_iterations=cfg.num_iterations,
         max_steps=cfg.max_steps,
         learning_rate=cfg.learning_rate,
-        # transformers' 'constant' ignores warmup_steps; a recipe that asks for warmup gets it
-        lr_scheduler_type="constant_with_warmup"
-        if cfg.lr_scheduler_type == "constant" and cfg.warmup_steps
-        else cfg.lr_scheduler_type,
+        lr_scheduler_type=lr_schedule(cfg.lr_scheduler_type, cfg.warmup_steps),
         warmup_steps=cfg.warmup_steps,
         weight_decay=cfg.weight_decay,
         adam_epsilon=cfg.adam_epsilon,

@@ -77,6 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from curate import io
+from curate import schema as S
 from curate.config import from_mapping
 from curate.errors import ConfigError, InputError
 from training.plan import PLAN_FIELDS, PlanScale, StagePlan, rl_stages, single_stage
@@ -448,12 +449,8 @@ def _eval(model_dir: Path, run: Run, save_as: str | None = None) -> dict[str, An
     )  # fmt: skip
     result = evaluate(model_dir, heldout, cfg)
     if save_as is not None:
-        io.write_parquet(result["per_problem"], run.run_dir / EVALS / f"{_safe(save_as)}.parquet")
+        io.write_parquet(result["per_problem"], run.run_dir / EVALS / f"{S.slug(save_as)}.parquet")
     return {k: result[k] for k in ("pass_at_1", "stderr", "n_problems", "k", "warning") if k in result}
-
-
-def _safe(step: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in step)
 
 
 def gain_over_sft(run: Run) -> dict[str, Any] | None:
@@ -465,10 +462,10 @@ def gain_over_sft(run: Run) -> dict[str, Any] | None:
 
     folder = run.run_dir / EVALS
     rl = [r["step"] for r in run.chain().steps if "rl_steps" in r]
-    rl = [step for step in rl if (folder / f"{_safe(step)}.parquet").is_file()]
+    rl = [step for step in rl if (folder / f"{S.slug(step)}.parquet").is_file()]
     if not rl or not (folder / "sft.parquet").is_file():
         return None
-    out = paired_gain(pl.read_parquet(folder / f"{_safe(rl[-1])}.parquet"), pl.read_parquet(folder / "sft.parquet"))
+    out = paired_gain(pl.read_parquet(folder / f"{S.slug(rl[-1])}.parquet"), pl.read_parquet(folder / "sft.parquet"))
     return {"after": rl[-1], "before": "sft", **out}
 
 

@@ -96,6 +96,13 @@ class SFTRunConfig:
             raise ConfigError("sft.warmup_ratio must be in [0, 1)")
 
 
+def lr_schedule(name: str, warmup: float) -> str:
+    """The transformers scheduler that does what ``name`` plus ``warmup`` ask: ``constant`` ignores warm-up
+    (transformers' own ``constant`` has none), so with warm-up it becomes ``constant_with_warmup``. SFT and RL
+    stages both pass their schedule through here."""
+    return "constant_with_warmup" if name == "constant" and warmup else name
+
+
 def float_strings(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
     """``data`` with numeric strings turned into floats where ``cls`` (a dataclass, recursively) wants a float.
 
@@ -232,7 +239,7 @@ def build_trainer(cfg: SFTRunConfig, tokenizer: Any, rows: pl.DataFrame, output_
         num_train_epochs=cfg.epochs,
         per_device_train_batch_size=cfg.per_device_batch_size,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        lr_scheduler_type=cfg.lr_scheduler,
+        lr_scheduler_type=lr_schedule(cfg.lr_scheduler, cfg.warmup_ratio),
         warmup_steps=cfg.warmup_ratio,  # a float below 1 is a fraction of the total steps (transformers 5)
         weight_decay=cfg.weight_decay,
         seed=cfg.seed,

@@ -31,6 +31,7 @@ Home = Annotated[
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print the summary as JSON (for scripts).")]
 Force = Annotated[bool, typer.Option("--force", help="Redo the work even if the outputs are up to date.")]
+Workers = Annotated[int | None, typer.Option(help="Answer-checking processes (default: one per core).")]
 LockWait = Annotated[
     float | None,
     typer.Option(

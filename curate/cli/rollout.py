@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from curate.cli.common import Force, Home, Json, LockWait, emit, out, render_summary, workspace
+from curate.cli.common import Force, Home, Json, LockWait, Workers, emit, out, render_summary, workspace
 
 
 Pool = Annotated[str, typer.Option("--pool", "-p", help="Pool to read (see `curate pools`).")]
@@ -54,7 +54,7 @@ def rollout(
     tokenizer: Annotated[
         str | None, typer.Option(help="openai: local tokenizer to count tokens / render completions prompts.")
     ] = None,
-    workers: Annotated[int | None, typer.Option(help="Answer-checking processes (default: one per core).")] = None,
+    workers: Workers = None,
     home: Home = None,
     lock_timeout: LockWait = None,
     as_json: Json = False,
@@ -141,7 +141,7 @@ def import_generations(
     limit: Annotated[int | None, typer.Option(help="Only the first N source rows.")] = None,
     shard_rows: Annotated[int, typer.Option(help="Source rows per shard (unit of atomic writes).")] = 256,
     tokenizer: Annotated[str | None, typer.Option(help="Local tokenizer to count completion tokens.")] = None,
-    workers: Annotated[int | None, typer.Option(help="Answer-checking processes (default: one per core).")] = None,
+    workers: Workers = None,
     home: Home = None,
     lock_timeout: LockWait = None,
     as_json: Json = False,

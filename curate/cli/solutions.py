@@ -13,7 +13,19 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from curate.cli.common import USER_ERRORS, Force, Home, Json, LockWait, emit, fail, out, render_summary, workspace
+from curate.cli.common import (
+    USER_ERRORS,
+    Force,
+    Home,
+    Json,
+    LockWait,
+    Workers,
+    emit,
+    fail,
+    out,
+    render_summary,
+    workspace,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -69,7 +81,7 @@ def solutions(
     batch_size: Annotated[int, typer.Option(help="hf: sequences per generate call.")] = 32,
     tp: Annotated[int, typer.Option("--tp", help="vllm: tensor_parallel_size.")] = 1,
     max_model_len: Annotated[int | None, typer.Option(help="vllm: context length.")] = None,
-    workers: Annotated[int | None, typer.Option(help="Answer-checking processes (default: one per core).")] = None,
+    workers: Workers = None,
     home: Home = None,
     lock_timeout: LockWait = None,
     as_json: Json = False,

@@ -25,23 +25,13 @@ from curate import schema as S
 from curate.config import ConfigError
 from curate.decontaminate.dedup import DedupConfig
 from curate.decontaminate.stage import DecontamConfig, decontaminate_pool, with_thresholds
+from tests.curate import test_embed
+from tests.curate.test_embed import problems
 
 
-TEXTS = [
-    "What is the sum of 2 and 3?",
-    "Compute 2 + 3.",
-    "The cat sat on the mat.",
-    "Find all real x such that x^2 = 4.",
-    "How many ways are there to arrange the letters of the word ELLIPSE?",
-    "Let $f(x) = 3x + 1$. Find $f(2)$.",
-    "A circle has radius 5. What is its area?",
-]
+TEXTS = [*test_embed.TEXTS, "Let $f(x) = 3x + 1$. Find $f(2)$.", "A circle has radius 5. What is its area?"]
 STATIC_KEY = f"{E.STATIC}-{E.STATIC_DIMS}d-v{E.STATIC_VERSION}"
 STATIC = E.EmbedConfig(encoder="static-minilm")
-
-
-def problems(texts: list[str]) -> pl.DataFrame:
-    return pl.DataFrame({S.PROBLEM_ID: [S.problem_id(t) for t in texts], S.PROBLEM: texts})
 
 
 @pytest.fixture(scope="session")

@@ -406,3 +406,6 @@ def test_warmup_is_honoured_with_the_default_constant_schedule(tmp_path):
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-4)
     sched = get_scheduler(args.lr_scheduler_type, opt, num_warmup_steps=args.warmup_steps, num_training_steps=100)
     assert sched.get_last_lr()[0] == 0.0  # first step at lr 0, full lr after 10 steps
+    from training.sft import lr_schedule  # SFT's warmup_ratio goes through the same mapping
+
+    assert (lr_schedule("constant", 0.05), lr_schedule("cosine", 0.05)) == ("constant_with_warmup", "cosine")
