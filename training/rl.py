@@ -841,6 +841,8 @@ def train_rl(
         "curriculum": dict(trainer.bridge.curriculum.counts),
         "sampler_state_sha256": state_hash(curriculum_state),
         "train_loss": float(result.training_loss) if result.training_loss is not None else None,
+        "device": str(trainer.args.device),  # where it trained, for the card: cuda:0 / cpu
+        "precision": "bf16" if trainer.args.bf16 else "float32",
         "wall_s": round(time.perf_counter() - t0, 2),
         "ledger": {"pool": pool, "model": ledger_model, "run_id": run_id} if pool else None,
     }
@@ -858,10 +860,8 @@ def train_rl(
 
 
 def _write_card(final: Path, cfg, model, train, identity, rows, dropped, pool, summary) -> None:
-    try:
-        from training.card import write_model_card
-    except ImportError:  # the card module ships with the SFT half; without it the folder is model + tokenizer
-        return
+    from training.card import write_model_card
+
     write_model_card(
         final,
         kind="rl",
@@ -874,5 +874,8 @@ def _write_card(final: Path, cfg, model, train, identity, rows, dropped, pool, s
             "dropped": {"too_long_prompt": dropped} if dropped else {},
         },
         recipe={"rl": cfg.to_dict()},
-        metrics={k: summary[k] for k in ("steps", "reward_first", "reward_last", "train_loss", "wall_s")},
+        metrics={
+            k: summary[k]
+            for k in ("steps", "reward_first", "reward_last", "train_loss", "device", "precision", "wall_s")
+        },
     )

@@ -348,6 +348,8 @@ def train_sft(
         "steps": trainer.state.global_step,
         "epochs": cfg.epochs,
         "resumed_from": resume,
+        "device": str(trainer.args.device),  # where it trained, for the card: cuda:0 / cpu
+        "precision": "bf16" if trainer.args.bf16 else "float32",
         "wall_s": round(time.perf_counter() - started, 2),
     }
     if main:
