@@ -8,6 +8,10 @@ the decisions against MiniLM's on all problems (leaks, near-duplicate Jaccard), 
 it implies, N x 78 / (N x 1.1 + candidates x 78) (CPU ms per problem: MiniLM float32 and the static model on this
 box), and the ceiling of a perfect pre-filter (exactly MiniLM's cluster members and embedding leaks).
 
+Two candidate rules: ``static`` (the static cosines alone) and ``+numbers`` (a candidate pair must also pass the
+numbers guard the decision will apply anyway: same numbers, or a sub-multiset for long problems; free, no
+encoder), which needs fewer MiniLM vectors for the same decisions.
+
 Needs ``bench_embed.py --only agreement`` run first into the same ``--home`` (both caches filled); math-verify off.
 
     nice -n 10 .venv/bin/python bench/bench_prefilter.py --home /tmp/bench-embed-ws
@@ -20,7 +24,7 @@ import polars as pl
 
 from curate import io
 from curate import schema as S
-from curate.decontaminate.dedup import similarity_edges
+from curate.decontaminate.dedup import numbers, numbers_compatible, similarity_edges, tokenize
 from curate.decontaminate.stage import DecontamConfig, benchmark_problems, run
 from curate.embed import read_cache, vectors
 from curate.verify import answers as A
@@ -71,13 +75,35 @@ def main():
         sorted(round(float(best_static[row[p]]), 3) for p in emb),
     )
     N = train.height
-    for t_dup, t_leak in [(0.92, 0.89), (0.94, 0.89), (0.96, 0.89), (0.92, 1.01), (1.01, 0.89)]:
+    t_tok = [tokenize(p) for p in train[S.PROBLEM].to_list()]
+    b_tok = [tokenize(p) for p in bench[S.PROBLEM].to_list()]
+    t_num, b_num = [numbers(t) for t in t_tok], [numbers(t) for t in b_tok]
+    slack = DecontamConfig().number_slack_tokens
+
+    def dup_numbers(x: int, y: int) -> bool:  # dedup.near_duplicates' guard
+        return t_num[x] == t_num[y] or (
+            min(len(t_tok[x]), len(t_tok[y])) >= slack and numbers_compatible(t_num[x], t_num[y])
+        )
+
+    def leak_numbers(i: int, j: int) -> bool:  # decontaminate's guard for an embedding candidate
+        return t_num[i] == b_num[j] or (len(b_tok[j]) >= slack and numbers_compatible(t_num[i], b_num[j]))
+
+    grid = [("static", 0.92, 0.89), ("static", 0.94, 0.89), ("static", 0.96, 0.89), ("static", 0.92, 1.01),
+            ("static", 1.01, 0.89), ("+numbers", 0.686, 0.80), ("+numbers", 0.75, 0.85), ("+numbers", 0.80, 0.85),
+            ("+numbers", 0.85, 0.85)]  # fmt: skip
+    for rule, t_dup, t_leak in grid:
         a, b, _ = similarity_edges(T_t, t_dup, groups=codes, max_neighbors=10**6)
         keep = np.array([keys[p] != "" for p in a.tolist()], bool)
+        if rule == "+numbers":
+            keep &= np.array([dup_numbers(x, y) for x, y in zip(a.tolist(), b.tolist(), strict=True)], bool)
         cand = np.zeros(N, bool)
         cand[a[keep]] = True
         cand[b[keep]] = True
-        cand |= best_static >= t_leak
+        if rule == "+numbers":
+            for i, j in zip(*np.nonzero(Ss >= t_leak), strict=True):
+                cand[i] = cand[i] or leak_numbers(int(i), int(j))
+        else:
+            cand |= best_static >= t_leak
         V = M_t.copy()
         V[~cand] = 0.0
         f, _, _ = run(train, bench, cfg, V, M_b)
@@ -88,7 +114,7 @@ def main():
         nc = int(cand.sum())
         spd = N * 78 / (N * 1.1 + nc * 78)
         print(
-            f"t_dup {t_dup} t_leak {t_leak}: candidates {nc} ({nc / N:.1%}); leaks {len(hh)} "
+            f"{rule:8s} t_dup {t_dup} t_leak {t_leak}: candidates {nc} ({nc / N:.1%}); leaks {len(hh)} "
             f"missed {sorted(set(ref_hits) - set(hh))} extra {sorted(set(hh) - set(ref_hits))}; "
             f"dropped {len(d)} jaccard {j:.4f}; speedup {spd:.1f}x",
             flush=True,

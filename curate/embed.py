@@ -22,8 +22,10 @@ MiniLM's decisions (bench/README.md); an encoder not in the table needs explicit
 
 For transformer encoders: bfloat16 weights on CPUs with native bf16 matmul (AVX512-BF16 / AMX; ``dtype="auto"``
 checks) and on CUDA. Measured on DeepScaleR + its test sets (bench/bench_embed.py): per-problem cosine to float32
->= 0.99988, the same decontamination hits, 1,400 of 1,403 near-duplicate pairs, 2.3x the throughput. Dynamic int8
-quantization was tried and rejected (per-problem cosine to float32 fell to 0.80).
+>= 0.99988, the same decontamination hits, 1,400 of 1,403 near-duplicate pairs, 2.3x the throughput. Tried and
+rejected (bench/bench_encoder_options.py): torch dynamic int8 (per-problem cosine to float32 fell to 0.80), ONNX
+Runtime (float32: no faster; int8 per channel: 1.5x, cosine 0.98-0.99, which moves decisions near the thresholds),
+a shorter ``max_seq_length`` (2.9x at 64 tokens by changing the vectors of the 56% of problems it truncates).
 
 Every encoder gets one global length sort before batching (minimal padding), and texts are encoded in chunks that
 are written to the cache as they finish: a run killed half way keeps every finished chunk, and the next run
@@ -428,6 +430,30 @@ def vectors(df: pl.DataFrame) -> np.ndarray:
     return df[S.EMBEDDING].list.to_array(dim).to_numpy().astype(np.float32, copy=False)
 
 
+COLD_HINT_MIN = 5000  # problems to encode before a CPU user is told what to expect (fewer take minutes at most)
+
+
+def cold_hint(n: int, cfg: EmbedConfig) -> str | None:
+    """A one-line heads-up before ``n`` problems are encoded with a transformer on a CPU, else None.
+
+    A new user's first large pool spends nearly all its cold-path time here (bench/README.md: ~20 CPU ms/problem
+    with native bf16, ~65-80 without, against ~4,000 problems/s with MiniLM bf16 on an H100), so they are told
+    the alternatives before the wait rather than after.
+    """
+    if n < COLD_HINT_MIN or canonical(cfg.encoder) == STATIC:
+        return None
+    device = resolve_device(cfg.device)
+    if device != "cpu":
+        return None
+    name, dtype = canonical(cfg.encoder), resolve_dtype(cfg.dtype, device)
+    return (
+        f"embedding {n:,} problems with {name} in {dtype} on the CPU, roughly 20-80 CPU ms each (the bar shows the "
+        "rate and time left); finished chunks are cached, so an interrupted run resumes. On a GPU this takes about "
+        "a minute per 200K problems; --encoder static-minilm is ~40x faster here but its decontamination decisions "
+        "differ from MiniLM's (bench/README.md)"
+    )
+
+
 def embed_problems(ws: io.Workspace, problems: pl.DataFrame, cfg: EmbedConfig, progress: bool = False) -> np.ndarray:
     """float32 [n, d] L2-normalized embeddings aligned with ``problems``' rows; computes only uncached ids.
 
@@ -442,6 +468,11 @@ def embed_problems(ws: io.Workspace, problems: pl.DataFrame, cfg: EmbedConfig, p
     todo = problems.join(cached.select(S.PROBLEM_ID), on=S.PROBLEM_ID, how="anti")
     todo = todo.unique(S.PROBLEM_ID, keep="first").sort(S.PROBLEM_ID)
     if todo.height:
+        from curate.progress import log
+
+        hint = cold_hint(todo.height, cfg)
+        if hint:
+            log(hint, enabled=progress)
         model = get_encoder(ws, cfg, progress)
         todo_ids = todo[S.PROBLEM_ID].to_list()
 

@@ -111,3 +111,12 @@ def test_cli_embed_fills_the_cache_once(encoder, ws, capsys):
     second = json.loads(capsys.readouterr().out)["summary"]
     assert (second["computed"], second["from_cache"]) == (0, 3)
     assert main(["embed", "--pool", "nope", "--json"]) == 2
+
+
+def test_a_large_cold_cpu_embedding_is_announced_with_its_alternatives():
+    cpu = E.EmbedConfig(encoder="minilm", device="cpu", dtype="float32")
+    hint = E.cold_hint(220_000, cpu)
+    assert "220,000 problems with minilm in float32 on the CPU" in hint and "--encoder static-minilm" in hint
+    assert E.cold_hint(E.COLD_HINT_MIN - 1, cpu) is None  # a small pool takes minutes at most: no noise
+    assert E.cold_hint(220_000, E.EmbedConfig(encoder="static-minilm", device="cpu")) is None
+    assert E.cold_hint(220_000, E.EmbedConfig(encoder="minilm", device="cuda")) is None
