@@ -166,3 +166,20 @@ def problems_frame(problems: list[tuple[str, str]], split: str = "train"):
         }
     )
     return df.with_columns([pl.lit(None, S.PROBLEMS[c]).alias(c) for c in S.PROBLEMS if c not in df.columns])
+
+
+def write_rl_prompts(path, problems: list[tuple[str, str]]):
+    """The RL trainer's input for (question, answer) pairs: chat prompt, answer and problem_id, as parquet."""
+    import polars as pl
+
+    from curate import prompts
+    from curate import schema as S
+
+    pl.DataFrame(
+        {
+            "prompt": [prompts.chat_prompt(q) for q, _ in problems],
+            S.ANSWER: [a for _, a in problems],
+            S.PROBLEM_ID: [S.problem_id(q) for q, _ in problems],
+        }
+    ).write_parquet(path)
+    return path

@@ -11,9 +11,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from curate import io, prompts
+from curate import io
 from curate import schema as S
-from tests.tiny_model import make_problems, shared_tiny_model
+from tests.tiny_model import make_problems, shared_tiny_model, write_rl_prompts
 
 
 pytestmark = pytest.mark.gpu
@@ -58,15 +58,7 @@ def test_cispo_steps_on_cuda_write_the_same_run_folder(tiny, tmp_path):
 
     from training.rl import load_rl_config, train_rl
 
-    train = tmp_path / "trl.parquet"
-    problems = make_problems(8)
-    pl.DataFrame(
-        {
-            "prompt": [prompts.chat_prompt(q) for q, _ in problems],
-            S.ANSWER: [a for _, a in problems],
-            S.PROBLEM_ID: [S.problem_id(q) for q, _ in problems],
-        }
-    ).write_parquet(train)
+    train = write_rl_prompts(tmp_path / "trl.parquet", make_problems(8))
     sets = ["num_generations=8", "prompts_per_step=4", "max_completion_length=24", "learning_rate=1e-3",
             "max_steps=3", "save_steps=2"]  # fmt: skip
     torch.cuda.reset_peak_memory_stats()

@@ -24,7 +24,7 @@ import torch
 from curate import io, prompts
 from curate import schema as S
 from curate.config import ConfigError
-from tests.tiny_model import make_problems, shared_tiny_model
+from tests.tiny_model import make_problems, shared_tiny_model, write_rl_prompts
 from training.rl import build_trainer, group_hygiene, load_rl_config, load_train, train_rl
 
 
@@ -46,16 +46,7 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def train_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("rl-data") / "trl.parquet"
-    problems = make_problems(8)
-    pl.DataFrame(
-        {
-            "prompt": [prompts.chat_prompt(q) for q, _ in problems],
-            S.ANSWER: [a for _, a in problems],
-            S.PROBLEM_ID: [S.problem_id(q) for q, _ in problems],
-        }
-    ).write_parquet(path)
-    return path
+    return write_rl_prompts(tmp_path_factory.mktemp("rl-data") / "trl.parquet", make_problems(8))
 
 
 @pytest.fixture
