@@ -84,9 +84,9 @@ def test_minilm_on_cuda_uses_bf16_and_matches_cpu_float32():
 
     texts = [p["problem"] for p in generate(64, seed=3, family="mixed")]
     gpu = EmbedConfig(encoder="minilm", device="cuda")
-    assert encoder_key(gpu) == "minilm@bf16"
+    cpu = EmbedConfig(encoder="minilm", device="cpu", dtype="float32")
+    assert encoder_key(gpu) == "minilm@bf16" and encoder_key(cpu) == "minilm"
     a = encode_texts(load_encoder("minilm", "bfloat16", "cuda"), texts, gpu)
-    b = encode_texts(load_encoder("minilm", "float32", "cpu"), texts, EmbedConfig(encoder="minilm", device="cpu",
-                                                                                   dtype="float32"))  # fmt: skip
+    b = encode_texts(load_encoder("minilm", "float32", "cpu"), texts, cpu)
     cos = np.einsum("ij,ij->i", a, b)
     assert cos.min() > 0.999, cos.min()
