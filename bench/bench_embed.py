@@ -101,10 +101,6 @@ def speed(ws: io.Workspace, problems: pl.DataFrame, sample: int, rounds: int, en
     return out
 
 
-def _pairs(frame: pl.DataFrame, a: str, b: str) -> set[tuple[str, str]]:
-    return set(frame.filter(pl.col(b).is_not_null()).select(a, b).iter_rows())
-
-
 def _hits(filters: pl.DataFrame) -> dict[str, tuple[str, str, float]]:
     """train id -> (benchmark id, kind, score) of every contaminated train problem."""
     hit = filters.filter(pl.col(S.CONTAMINATED))

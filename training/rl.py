@@ -188,13 +188,11 @@ def load_rl_config(
     """RLConfig from an optional YAML file or mapping (its ``rl:`` mapping if it has one, else the whole mapping)
     plus overrides (``["key=value", ...]`` or a dict; dotted for the sampler: ``sampler.zero_variance_skip=true``).
     Unknown keys and bad values raise ``ConfigError`` before anything is loaded."""
-    loaded: Any = {}
+    loaded: Mapping[str, Any] = {}
     if isinstance(source, Mapping):
         loaded = source
     elif source is not None:
-        loaded = read_yaml(source, "config")
-    if not isinstance(loaded, Mapping):
-        raise ConfigError(f"RL config {source} must be a YAML mapping")
+        loaded = read_yaml(source, "config")  # a file that is not a mapping fails there
     data = dict(loaded["rl"] if isinstance(loaded.get("rl"), Mapping) else loaded)
     extra = dict(overrides) if isinstance(overrides, Mapping) else parse_overrides(list(overrides or ()))
     data = _floats(apply_overrides(data, extra))
