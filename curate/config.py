@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -131,6 +132,10 @@ def from_mapping(cls: type, data: Mapping[str, Any] | None, where: str = "") -> 
         raise ConfigError(f"{where or cls.__name__}: {exc}") from None
 
 
+# A decimal number as people write it in YAML: ``1e-6``, ``2.0E-3``, ``+5``, ``.5`` (not ``nan``/``inf``).
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
 def _coerce(tp: Any, value: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -170,6 +175,8 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
         return value
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if tp is float and isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        return float(value)  # PyYAML reads ``1e-6`` (no dot) as a string: the one numeric rule of every section
     if tp in (int, float, str, bool):
         if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
             raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}")
@@ -244,7 +251,15 @@ def read_yaml(path: str | Path, what: str = "recipe") -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{what} {path} not found")
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:  # one line with the file, line and column instead of PyYAML's traceback
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{what} {where}: not valid YAML ({problem})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not isinstance(data, Mapping):
         raise ConfigError(f"{what} {path} must be a YAML mapping")
     return dict(data)

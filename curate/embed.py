@@ -29,7 +29,11 @@ a shorter ``max_seq_length`` (2.9x at 64 tokens by changing the vectors of the 5
 
 Every encoder gets one global length sort before batching (minimal padding), and texts are encoded in chunks that
 are written to the cache as they finish: a run killed half way keeps every finished chunk, and the next run
-encodes only the rest.
+encodes only the rest. Inside a transformer's chunk, the finished blocks are saved too: when ``SAVE_EVERY_S`` of
+encoding are unsaved (a slow CPU) and when the run stops on an exception or Ctrl-C, so a kill loses at most that
+much work and an interruption loses only the block it was in (issue 23.15: 1,280 rows of a 2,048-row chunk were
+lost). Parts are written under the cache's lock (``cache_lock``), which removes the temp files of writers that were
+killed mid-write (issue 24.6).
 
 Cache: ``ws.embeddings_dir(key)/part-*.parquet`` with schema.EMBEDDINGS, where ``key = encoder_key(cfg)`` names the
 concrete encoder (never the alias ``default``), its version for the static model (``static-minilm-256d-v1``) and,
@@ -56,6 +60,7 @@ import polars as pl
 from curate import io
 from curate import schema as S
 from curate.config import ConfigError, Recipe, from_mapping
+from curate.locks import hold
 
 
 DEFAULT_ENCODER = "default"  # an alias: the name it stands for is DEFAULT_IS
@@ -69,6 +74,9 @@ STATIC_VERSION = 1
 STATIC_DIMS = 256  # PCA components (model2vec's default)
 STATIC_SIF = 1e-4  # SIF coefficient of the Zipf weights (model2vec's default)
 STATIC_MAX_TOKENS = 512  # tokens of a text that count (MiniLM sees 256; a bag of tokens loses nothing by more)
+# A transformer's finished blocks are saved once this much encoding is unsaved, before its chunk is done: what a kill
+# (SIGKILL, OOM) can lose. Fast encoders finish a chunk sooner and write one part per chunk.
+SAVE_EVERY_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -103,8 +111,8 @@ class EmbedConfig:
     from it, ~70-300x less CPU, decisions not equal: module docstring), a sentence-transformers name or a path.
     batch_size: texts per forward pass. dtype: ``auto`` (bfloat16 where the CPU multiplies bf16 natively or on
     CUDA, else float32), ``float32`` or ``bfloat16``; the static model ignores it (numpy float32). device: ``cpu``,
-    ``cuda``, or None (CUDA when available). chunk_size: texts encoded and cached per part file (bounds the work a
-    killed run loses).
+    ``cuda``, or None (CUDA when available). chunk_size: texts sorted and encoded together, cached as one part file
+    (a slow transformer's chunk in several: ``SAVE_EVERY_S``).
     """
 
     encoder: str = DEFAULT_ENCODER
@@ -364,9 +372,11 @@ def encode_texts(model, texts: Sequence[str], cfg: EmbedConfig, progress: bool =
     """float32 [n, d] L2-normalized embeddings of ``texts``, in their order.
 
     Texts are sorted once by length (longest first) and encoded in chunks of ``cfg.chunk_size``, so every batch
-    holds texts of similar length. ``on_chunk(positions, vectors)`` is called after each chunk (the cache
-    writes there). A transformer gets a chunk in blocks of a few batches, so progress (a bar with rate and time
-    left, or a line every 30 s in logs) moves during a chunk too; a static model takes a chunk at once.
+    holds texts of similar length. ``on_chunk(positions, vectors)`` is called for each chunk as it finishes (the
+    cache writes there), and for a chunk's finished blocks before that: once ``SAVE_EVERY_S`` of encoding are
+    unsaved, and when encoding stops on an exception or Ctrl-C (then re-raised). A transformer gets a chunk in
+    blocks of a few batches, so progress (a bar with rate and time left, or a line every 30 s in logs) moves during
+    a chunk too; a static model takes a chunk at once.
     """
     from curate.progress import bar
 
@@ -378,17 +388,33 @@ def encode_texts(model, texts: Sequence[str], cfg: EmbedConfig, progress: bool =
     with bar(n, "embedding", enabled=progress, unit="problems") as advance:
         for lo in range(0, n, cfg.chunk_size):
             pos = order[lo : lo + cfg.chunk_size]
-            parts = []
-            for b in range(0, len(pos), block):
-                parts.append(_encode_block(model, [texts[i] for i in pos[b : b + block]], cfg))
-                advance(len(pos[b : b + block]))
-            vecs = np.concatenate(parts)
-            vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
-            if out.shape[1] != vecs.shape[1]:
-                out = np.zeros((n, vecs.shape[1]), dtype=np.float32)
-            out[pos] = vecs
-            if on_chunk is not None:
-                on_chunk(pos, vecs)
+            saved, done, pending, since = 0, 0, [], time.monotonic()  # pos[saved:done] is encoded, not saved
+            try:
+                for b in range(0, len(pos), block):
+                    pending.append(_encode_block(model, [texts[i] for i in pos[b : b + block]], cfg))
+                    done = min(b + block, len(pos))
+                    advance(len(pos[b : b + block]))
+                    if done < len(pos) and time.monotonic() - since >= SAVE_EVERY_S:
+                        out = _save(out, pos[saved:done], pending, on_chunk)
+                        saved, pending, since = done, [], time.monotonic()
+            except BaseException:
+                if pending:  # keep the finished blocks: the next run starts after them
+                    _save(out, pos[saved:done], pending, on_chunk)
+                raise
+            out = _save(out, pos[saved:], pending, on_chunk)
+    return out
+
+
+def _save(out: np.ndarray, pos: np.ndarray, parts: list[np.ndarray], on_chunk) -> np.ndarray:
+    """Normalize the encoded ``parts`` (rows ``pos`` of the output), put them in ``out`` and hand them to
+    ``on_chunk``; returns ``out`` (re-made with the vectors' width the first time, if the model did not say it)."""
+    vecs = np.concatenate(parts)
+    vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+    if out.shape[1] != vecs.shape[1]:
+        out = np.zeros((out.shape[0], vecs.shape[1]), dtype=np.float32)
+    out[pos] = vecs
+    if on_chunk is not None:
+        on_chunk(pos, vecs)
     return out
 
 
@@ -407,8 +433,25 @@ def read_cache(ws: io.Workspace, key: str, ids: Sequence[str] | None = None) -> 
     return S.validate(df, S.EMBEDDINGS, table="embeddings")
 
 
+def cache_lock(ws: io.Workspace, key: str):
+    """Hold the lock of encoder ``key``'s cache folder (``<root>/locks/embeddings-<key>.lock``, an ``flock`` the
+    kernel releases when its holder dies).
+
+    Every part is written under it, so while it is held no live writer has a temp file in the folder: taking it
+    removes the ``.part-*.parquet.*.tmp`` files of writers killed between their temp file and its rename.
+    """
+    folder = ws.embeddings_dir(key)
+    return hold(
+        ws.root / "locks" / f"embeddings-{S.slug(key)}.lock",
+        what=f"embedding cache {key!r}",
+        timeout=ws.lock_timeout,
+        on_acquire=lambda: io.remove_temp(folder),
+    )
+
+
 def write_cache_part(ws: io.Workspace, key: str, ids: Sequence[str], vectors: np.ndarray) -> None:
-    """Add one part file (named by a hash of its ids, so a re-write of the same chunk replaces it)."""
+    """Add one part file (named by a hash of its ids, so a re-write of the same chunk replaces it), under the
+    cache's lock (``cache_lock``)."""
     if not len(ids):
         return
     name = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
@@ -419,7 +462,8 @@ def write_cache_part(ws: io.Workspace, key: str, ids: Sequence[str], vectors: np
             S.EMBEDDING: pl.Series(vectors.astype(np.float32)).cast(pl.List(pl.Float32)),
         }
     )
-    io.write_parquet(df, ws.embeddings_dir(key) / f"part-{name}.parquet", S.EMBEDDINGS)
+    with cache_lock(ws, key):
+        io.write_parquet(df, ws.embeddings_dir(key) / f"part-{name}.parquet", S.EMBEDDINGS)
 
 
 def vectors(df: pl.DataFrame) -> np.ndarray:
@@ -456,12 +500,16 @@ def embed_problems(ws: io.Workspace, problems: pl.DataFrame, cfg: EmbedConfig, p
     """float32 [n, d] L2-normalized embeddings aligned with ``problems``' rows; computes only uncached ids.
 
     Each problem is embedded once per encoder key: ids already in the cache are read back, the rest are encoded
-    (one row per distinct id) and appended to the cache chunk by chunk. An empty frame gives a [0, 0] array.
+    (one row per distinct id) and appended to the cache chunk by chunk. Temp files that killed writers left in the
+    cache are removed first (``cache_lock``). An empty frame gives a [0, 0] array.
     """
     ids = problems[S.PROBLEM_ID].to_list()
     if not ids:
         return np.zeros((0, 0), dtype=np.float32)
     key = encoder_key(cfg)
+    if ws.embeddings_dir(key).is_dir():
+        with cache_lock(ws, key):  # taking it tidies, even when nothing is left to encode
+            pass
     cached = read_cache(ws, key, ids)
     todo = problems.join(cached.select(S.PROBLEM_ID), on=S.PROBLEM_ID, how="anti")
     todo = todo.unique(S.PROBLEM_ID, keep="first").sort(S.PROBLEM_ID)

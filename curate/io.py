@@ -1,4 +1,4 @@
-"""All workspace I/O: paths, atomic Parquet writes, manifests, and skip-if-done.
+"""Workspace I/O: paths, atomic Parquet and text writes, changes that land together, folders replaced whole.
 
 Layout under the root (``--home``, env ``CURATE_HOME``, default ``./workspace``)::
 
@@ -14,48 +14,46 @@ Layout under the root (``--home``, env ``CURATE_HOME``, default ``./workspace``)
 Every table is written to a temporary file in the same folder and renamed into place, so a reader (or a crash)
 never sees half a file; files get the usual mode of new files (0644 under umask 022). Concurrent writers:
 every stage holds its pool's (or folder's) lock for its whole read-modify-write (``Workspace.lock``, an
-``flock`` a killed process cannot leave behind), writes the files that change together through ``commit``
-(all or none, rolled forward after a crash), and replaces a folder with ``replace_dir`` (never absent).
-Every stage goes through one wrapper, ``run_wrapped``: its manifest (one layout, ``Manifest``, named by
-``manifest_path``) records inputs with content hashes, the config, the code and package versions, row counts,
-drops by reason, the summary and what was written; a stage whose fingerprint (inputs + config + code) matches its
-manifest, with its outputs still as written, is skipped on re-run.
-Object stores are a later concern: they would be added here and nowhere else.
+``flock`` a killed process cannot leave behind: curate.locks), writes the files that change together through
+``commit`` (all or none, rolled forward after a crash), and replaces a folder with ``replace_dir`` (never absent).
+Manifests and skip-if-done live in curate.manifest, the one stage wrapper (``run_wrapped``) in
+curate.stage_wrapper. Object stores are a later concern: they would be added here and nowhere else.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import errno
 import functools
-import hashlib
 import json
 import os
 import re
 import secrets
 import shutil
-import socket
 import sys
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from importlib import metadata
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from curate import schema as S
-from curate.errors import ConfigError, LockTimeout, MissingInput
+from curate.errors import MissingInput
+from curate.locks import LOCK_KINDS, hold
 
 
 ENV_HOME = "CURATE_HOME"
 DEFAULT_HOME = "workspace"
-_VERSIONED = ("curate-rl", "polars", "pyarrow", "math-verify", "datasets", "sentence-transformers", "scikit-learn")
 
 
 # --------------------------------------------------------------------------------------------------- workspace
+def model_key(model: str) -> str:
+    """The folder name of a model's rollout ledger (``Workspace.ledger_dir``; ``curate.rollout.ledger.model_key``):
+    ``Qwen/Qwen2.5-Math-1.5B`` -> ``Qwen__Qwen2.5-Math-1.5B`` (``schema.slug``)."""
+    return S.slug(model)
+
+
 @dataclass(frozen=True)
 class Workspace:
     """The root folder of everything a run produces, with one method per kind of path."""
@@ -90,8 +88,9 @@ class Workspace:
         return self.pool_dir(pool) / "raw"
 
     def ledger_dir(self, pool: str, model: str | None = None) -> Path:
+        """``pools/<pool>/rollouts/`` or, for one model, ``pools/<pool>/rollouts/<model_key(model)>/``."""
         base = self.pool_dir(pool) / "rollouts"
-        return base if model is None else base / S.slug(model)
+        return base if model is None else base / model_key(model)
 
     def embeddings_dir(self, encoder: str) -> Path:
         return self.root / "cache" / "embeddings" / S.slug(encoder)
@@ -171,6 +170,18 @@ class Workspace:
             recover_dir(self.selection_dir(name))
         elif kind == "curriculum":
             recover_dir(self.curriculum_dir(name))
+
+
+def pool_locked(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a stage entry point ``fn(ws, pool, ...)`` holding ``ws.lock("pool", pool)``: its read-modify-write
+    of the pool's tables cannot interleave with another writer's (issue 10: two ingests lost one source)."""
+
+    @functools.wraps(fn)
+    def locked(ws: Workspace, pool: str, *args: Any, **kwargs: Any) -> Any:
+        with ws.lock("pool", pool):
+            return fn(ws, pool, *args, **kwargs)
+
+    return locked
 
 
 # --------------------------------------------------------------------------------------------------- parquet
@@ -256,6 +267,51 @@ def write_json(path: str | os.PathLike, obj: Any) -> Path:
     return write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+ROW_FILES = {".jsonl": "JSONL", ".ndjson": "JSONL", ".json": "JSON", ".parquet": "Parquet", ".csv": "CSV"}
+
+
+def read_rows(path: str | os.PathLike, what: str = "rows") -> pl.DataFrame:
+    """A table a user hands a verb (``curate verify``, ``training reward``, ``training fit``): JSONL
+    (``.jsonl``/``.ndjson``), a JSON array (``.json``), Parquet or CSV, by suffix. A missing file, an unknown suffix,
+    an empty file (0 bytes, only blank lines, or no rows) and a file polars cannot read are each one
+    ``InputError`` line naming the file, never polars' own words; ``what`` says what the rows were for."""
+    from curate.errors import InputError
+
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if not path.is_file():
+        raise MissingInput(f"{path} does not exist")
+    if suffix not in ROW_FILES:
+        raise InputError(f"{path}: expected one of {', '.join(ROW_FILES)}")
+    kind = ROW_FILES[suffix]
+    if path.stat().st_size == 0 or (suffix != ".parquet" and not _has_text(path)):
+        raise InputError(f"{path}: the file is empty; no {what} (expected {kind} rows)")
+    try:
+        if suffix == ".json":
+            df = pl.read_json(path, infer_schema_length=None)
+        elif suffix == ".parquet":
+            df = pl.read_parquet(path)
+        elif suffix == ".csv":
+            df = pl.read_csv(path, infer_schema_length=None)
+        else:
+            df = pl.read_ndjson(path, infer_schema_length=None)
+    except pl.exceptions.PolarsError as exc:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"{path}: not a readable {kind} file ({why})") from None
+    if df.height == 0:
+        raise InputError(f"{path}: no rows; no {what}")
+    return df
+
+
+def _has_text(path: Path) -> bool:
+    """Whether the file holds anything but whitespace (read in blocks: stops at the first non-blank one)."""
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 16):
+            if block.strip():
+                return True
+    return False
+
+
 def read_quarantine(ws: Workspace, pool: str) -> pl.DataFrame:
     """Every quarantined row of a pool (schema.QUARANTINE), read from each stage's own file.
 
@@ -302,10 +358,6 @@ class Commit:
 
     def json(self, path: str | os.PathLike, obj: Any) -> Path:
         return self.text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
-
-    def manifest(self, output: str | os.PathLike, manifest: Manifest) -> Path:
-        manifest.seal()
-        return self.json(manifest_path(output), asdict(manifest))
 
     def _add(self, path: Path, tmp: Path) -> Path:
         previous = self.moves.pop(path, None)
@@ -478,365 +530,3 @@ def recover_dir(target: str | os.PathLike) -> str | None:
     for p in litter:
         _remove(p)
     return restored
-
-
-# --------------------------------------------------------------------------------------------------- locks
-ENV_LOCK_TIMEOUT = "CURATE_LOCK_TIMEOUT"
-DEFAULT_LOCK_TIMEOUT = 600.0
-LOCK_KINDS = ("pool", "selection", "curriculum", "ledger")
-
-
-def lock_timeout(value: float | None = None) -> float:
-    """Seconds a writer waits for a lock another process holds: ``value``, else ``$CURATE_LOCK_TIMEOUT``, else
-    600. A negative value waits as long as it takes."""
-    if value is None:
-        env = os.environ.get(ENV_LOCK_TIMEOUT, "").strip()
-        if not env:
-            return DEFAULT_LOCK_TIMEOUT
-        try:
-            value = float(env)
-        except ValueError:
-            raise ConfigError(f"${ENV_LOCK_TIMEOUT}={env!r} is not a number of seconds") from None
-    return float(value)
-
-
-def _owner_file(lock: Path) -> Path:
-    return lock.with_name(lock.name + ".owner")
-
-
-def lock_owner(lock: str | os.PathLike) -> str:
-    """Who holds (or last held) a lock, from the record its holder wrote beside it."""
-    try:
-        rec = json.loads(_owner_file(Path(lock)).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return "another process (no owner record)"
-    return f"pid {rec.get('pid')} on {rec.get('host')} since {rec.get('since')} ({rec.get('command')})"
-
-
-_HELD: dict[tuple[str, int], list[Any]] = {}  # (lock file, thread) -> [depth, pid]: re-entry within a thread
-
-
-@contextlib.contextmanager
-def hold(
-    path: str | os.PathLike,
-    *,
-    what: str,
-    timeout: float | None = None,
-    on_acquire: Callable[[], Any] | None = None,
-) -> Iterator[Path]:
-    """Hold the file lock ``path`` (``filelock.FileLock``: an ``flock``, so the kernel releases it when its holder
-    dies, SIGKILL included: a killed writer never blocks the next one).
-
-    A second writer waits with a message on stderr naming the holder, and raises ``LockTimeout`` after
-    ``lock_timeout(timeout)`` seconds. Holding is re-entrant within a thread (a stage that calls another stage's
-    entry point on the same pool does not wait for itself); other threads and processes (a forked child too)
-    wait. ``on_acquire`` runs once the lock is taken (outermost hold only): the place to repair what a killed
-    writer left.
-    """
-    from filelock import FileLock, Timeout
-
-    path = Path(path).absolute()
-    key = (str(path), threading.get_ident())
-    held = _HELD.get(key)
-    if held is not None and held[1] == os.getpid():
-        held[0] += 1
-        try:
-            yield path
-        finally:
-            held[0] -= 1
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(path))
-    try:
-        lock.acquire(blocking=False)
-    except Timeout:
-        from curate.progress import log
-
-        limit = lock_timeout(timeout)
-        wait = f"up to {limit:g} s" if limit >= 0 else "without a time limit"
-        log(
-            f"waiting for the {what} lock, held by {lock_owner(path)} ({wait}; --lock-timeout or "
-            f"${ENV_LOCK_TIMEOUT} changes this)"
-        )
-        try:
-            lock.acquire(timeout=limit if limit >= 0 else -1)
-        except Timeout:
-            raise LockTimeout(
-                f"the {what} is locked by {lock_owner(path)}; gave up after {limit:g} s (lock file {path}). "
-                f"Wait for that process to finish, or raise --lock-timeout / ${ENV_LOCK_TIMEOUT}."
-            ) from None
-    _HELD[key] = [1, os.getpid()]
-    try:
-        record = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "since": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:200] if sys.argv else "python",
-        }
-        _owner_file(path).write_text(json.dumps(record), encoding="utf-8")
-        if on_acquire is not None:
-            on_acquire()
-        yield path
-    finally:
-        del _HELD[key]
-        _owner_file(path).unlink(missing_ok=True)
-        lock.release()
-
-
-def pool_locked(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Run a stage entry point ``fn(ws, pool, ...)`` holding ``ws.lock("pool", pool)``: its read-modify-write
-    of the pool's tables cannot interleave with another writer's (issue 10: two ingests lost one source)."""
-
-    @functools.wraps(fn)
-    def locked(ws: Workspace, pool: str, *args: Any, **kwargs: Any) -> Any:
-        with ws.lock("pool", pool):
-            return fn(ws, pool, *args, **kwargs)
-
-    return locked
-
-
-# --------------------------------------------------------------------------------------------------- hashing
-def file_hash(path: str | os.PathLike) -> str:
-    """sha256 of a file's bytes, or of a folder's files (relative names and contents, sorted)."""
-    path = Path(path)
-    h = hashlib.sha256()
-    if path.is_dir():
-        for f in sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")):
-            h.update(str(f.relative_to(path)).encode())
-            h.update(file_hash(f).encode())
-        return h.hexdigest()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def package_versions() -> dict[str, str]:
-    out = {}
-    for name in _VERSIONED:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
-
-
-# --------------------------------------------------------------------------------------------------- manifests
-@dataclass
-class Manifest:
-    """What produced an output: the record behind skip-if-done and the numbers behind every summary."""
-
-    stage: str
-    inputs: dict[str, str] = field(default_factory=dict)  # path -> content hash
-    config: dict[str, Any] = field(default_factory=dict)
-    rows_in: int = 0
-    rows_out: int = 0
-    drops: dict[str, int] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
-    versions: dict[str, str] = field(default_factory=package_versions)
-    started_at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
-    wall_s: float = 0.0
-    fingerprint: str = ""
-    summary: dict[str, Any] = field(default_factory=dict)  # what the stage reported (StageResult.summary)
-    code_version: str = ""  # ``code_version()`` of the run that wrote it (part of the fingerprint when set)
-    outputs: dict[str, str] = field(default_factory=dict)  # path -> ``output_identity`` as written
-
-    def seal(self) -> Manifest:
-        """Set the fingerprint from inputs, config and code version (call before writing)."""
-        self.fingerprint = fingerprint(self.inputs, self.config, self.code_version)
-        return self
-
-
-def fingerprint(inputs: Mapping[str, str], config: Any, code: str = "") -> str:
-    """One hash over input content hashes, the config and (when given) the code version: equal fingerprints mean
-    the output is up to date."""
-    payload: dict[str, Any] = {"inputs": dict(sorted(inputs.items())), "config": config}
-    if code:
-        payload["code"] = code
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def manifest_path(output: str | os.PathLike) -> Path:
-    """``x.parquet`` -> ``x.manifest.json``; a folder -> ``folder/manifest.json``."""
-    output = Path(output)
-    if output.suffix == ".parquet":
-        return output.with_name(output.stem + ".manifest.json")
-    return output / "manifest.json"
-
-
-def write_manifest(output: str | os.PathLike, manifest: Manifest) -> Path:
-    manifest.seal()
-    return write_json(manifest_path(output), asdict(manifest))
-
-
-def read_manifest(output: str | os.PathLike) -> dict[str, Any] | None:
-    path = manifest_path(output)
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def up_to_date(output: str | os.PathLike, inputs: Mapping[str, str], config: Any) -> dict[str, Any] | None:
-    """The stored manifest if ``output`` exists and was made from exactly these inputs and config, else None."""
-    output = Path(output)
-    if not output.exists():
-        return None
-    stored = read_manifest(output)
-    if stored is None or stored.get("fingerprint") != fingerprint(inputs, config):
-        return None
-    return stored
-
-
-def hash_inputs(paths: Iterable[str | os.PathLike]) -> dict[str, str]:
-    """``{path: content hash}`` for the paths that exist (missing inputs hash as "missing")."""
-    out = {}
-    for p in paths:
-        p = Path(p)
-        out[str(p)] = file_hash(p) if p.exists() else "missing"
-    return out
-
-
-@dataclass
-class StageResult:
-    """What one stage did: printed by the CLI, returned as JSON, shown as a Prefect artifact."""
-
-    stage: str
-    skipped: bool = False
-    outputs: list[str] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
-    wall_s: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "stage": self.stage,
-            "skipped": self.skipped,
-            "outputs": self.outputs,
-            "summary": self.summary,
-            "wall_s": round(self.wall_s, 3),
-        }
-
-
-# --------------------------------------------------------------------------------------------------- stage wrapper
-@functools.cache
-def code_version() -> str:
-    """``<curate-rl version>+<12 hex digits over the curate package's source files>``.
-
-    Part of every stage fingerprint, so outputs made by other code are recomputed rather than trusted (a stage
-    skipped after an upgrade could silently keep a fixed bug's output). Cached per process.
-    """
-    root = Path(__file__).resolve().parent
-    h = hashlib.sha256()
-    for f in sorted(root.rglob("*.py")):
-        h.update(str(f.relative_to(root)).encode())
-        h.update(f.read_bytes())
-    try:
-        version = metadata.version("curate-rl")
-    except metadata.PackageNotFoundError:
-        version = "0"
-    return f"{version}+{h.hexdigest()[:12]}"
-
-
-def output_identity(path: str | os.PathLike) -> str:
-    """A cheap identity of an output as written: its size (a file), or a hash over the names and sizes of a
-    folder's files (dot-files and the folder's own ``manifest.json`` left out); ``"missing"`` when absent.
-
-    Stored in the manifest so that a deleted, truncated or partly removed output is redone on the next run even
-    though its inputs did not change. Sizes, not contents: this guards against missing work, not tampering.
-    """
-    path = Path(path)
-    if path.is_file():
-        return f"size:{path.stat().st_size}"
-    if not path.is_dir():
-        return "missing"
-    h = hashlib.sha256()
-    for f in sorted(path.rglob("*")):
-        rel = f.relative_to(path)
-        if not f.is_file() or any(part.startswith(".") for part in rel.parts) or str(rel) == "manifest.json":
-            continue
-        h.update(f"{rel}:{f.stat().st_size};".encode())
-    return f"files:{h.hexdigest()[:16]}"
-
-
-@dataclass
-class StageOutput:
-    """What a stage's work returns to ``run_wrapped``.
-
-    summary: the numbers printed by the CLI and stored in the manifest. tables: ``{path: (frame, schema or
-    None)}`` the wrapper writes atomically, in order (a stage that writes a folder itself leaves this empty).
-    rows_in / rows_out / drops / extra: the manifest's counts and any further facts. check: called after the
-    tables are written; returns entries for the summary computed from the files on disk (e.g. ``reconciles``).
-    """
-
-    summary: dict[str, Any]
-    tables: dict[Path, tuple[pl.DataFrame, pl.Schema | None]] = field(default_factory=dict)
-    rows_in: int = 0
-    rows_out: int = 0
-    drops: dict[str, int] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
-    check: Callable[[], dict[str, Any]] | None = None
-
-
-def _input_key(ws: Workspace, path: Path) -> str:
-    """Inputs under the workspace are recorded relative to it, so a moved workspace still skips finished stages."""
-    path = Path(path).resolve()
-    try:
-        return str(path.relative_to(ws.root))
-    except ValueError:
-        return str(path)
-
-
-def run_wrapped(
-    ws: Workspace,
-    stage: str,
-    *,
-    inputs: Sequence[str | os.PathLike],
-    config: Mapping[str, Any],
-    outputs: Sequence[str | os.PathLike],
-    fn: Callable[[Manifest], StageOutput],
-    force: bool = False,
-) -> StageResult:
-    """The one stage wrapper: fingerprint -> skip if done -> run -> atomic writes -> one manifest layout.
-
-    1. Fingerprint: the content hash of every input (files or folders; missing ones hash as "missing"), the
-       JSON-able ``config`` and ``code_version()``.
-    2. Skip: when the manifest of ``outputs[0]`` (``manifest_path``) carries the same fingerprint and every output
-       is still as it was written (``output_identity``), return its stored summary with ``skipped=True``
-       (``force`` always runs).
-    3. Run ``fn(manifest)``: the stage's work (pure functions on frames plus whatever the stage writes itself).
-       It gets the manifest being built, already holding stage, inputs, config and code version (the select stage
-       writes it into its folder's dataset card).
-    4. Write ``StageOutput.tables`` together (``commit``: all or none), run ``StageOutput.check`` on what is now
-       on disk.
-    5. Write the manifest (``Manifest``: stage, fingerprint, inputs, config, code_version, versions, rows_in,
-       rows_out, drops, summary, extra, outputs, started_at, wall_s) beside ``outputs[0]``: ``x.manifest.json``
-       for a table, ``<folder>/manifest.json`` for a folder.
-
-    The CLI verbs, ``curate run`` and the Prefect tasks reach this through each stage's ``run_stage`` (or its
-    named entry point), so all of them skip, write and report the same way.
-    """
-    t0 = dt.datetime.now(dt.UTC)
-    hashed = {_input_key(ws, Path(p)): v for p, v in hash_inputs(inputs).items()}
-    config = dict(config)
-    code = code_version()
-    first = Path(outputs[0])
-    stored = None if force else read_manifest(first)
-    if stored is not None and stored.get("fingerprint") == fingerprint(hashed, config, code):
-        recorded = stored.get("outputs") or {}
-        if "summary" in stored and all(recorded.get(str(o)) == output_identity(o) for o in outputs):
-            return StageResult(stage, skipped=True, outputs=[str(o) for o in outputs], summary=stored["summary"])
-    manifest = Manifest(stage=stage, inputs=hashed, config=config, code_version=code).seal()
-    out = fn(manifest)
-    if out.tables:
-        with commit(Path(next(iter(out.tables))).parent) as staged:  # the tables change together or not at all
-            for path, (frame, schema) in out.tables.items():
-                staged.parquet(frame, path, schema)
-    summary = dict(out.summary)
-    if out.check is not None:
-        summary.update(out.check())
-    manifest.summary, manifest.rows_in, manifest.rows_out = summary, out.rows_in, out.rows_out
-    manifest.drops = dict(out.drops)
-    manifest.extra.update(out.extra)
-    manifest.wall_s = round((dt.datetime.now(dt.UTC) - t0).total_seconds(), 3)
-    manifest.outputs = {str(o): output_identity(o) for o in outputs}
-    write_manifest(first, manifest)
-    return StageResult(stage, outputs=[str(o) for o in outputs], summary=summary, wall_s=manifest.wall_s)

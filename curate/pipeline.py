@@ -5,7 +5,7 @@ Each stage lives in its own module and exposes the same two functions:
 - ``load_config(recipe) -> <Stage>Config``: the recipe's section for the stage as its typed config (raises
   ``ConfigError`` on an unknown key, with a suggestion);
 - ``run_stage(ws, recipe, force=False, progress=False) -> StageResult``: the stage's I/O entry point, through the
-  one stage wrapper ``curate.io.run_wrapped``: it fingerprints the inputs (content hashes), config and code
+  one stage wrapper ``curate.stage_wrapper.run_wrapped``: it fingerprints the inputs (content hashes), config and code
   version, skips the work when the manifest matches (``force`` re-runs), runs the stage's pure functions, writes
   outputs atomically and one manifest layout, and returns a summary.
 
@@ -25,11 +25,12 @@ from curate.config import load_recipe as _read_recipe
 from curate.curriculum import stage as curriculum
 from curate.decontaminate import stage as decontaminate
 from curate.ingest import stage as ingest
-from curate.io import StageResult, Workspace
+from curate.io import Workspace
 from curate.rollout import stage as rollout
 from curate.score import stage as score
 from curate.select import stage as select
 from curate.solutions import stage as solutions
+from curate.stage_wrapper import StageResult
 
 
 @dataclass(frozen=True)

@@ -412,6 +412,10 @@ def empty(schema: pl.Schema) -> pl.DataFrame:
 
 # --------------------------------------------------------------------------------------------------- ids
 _WS = re.compile(r"\s+")
+# Invisible characters that NFKC keeps: zero-width space / non-joiner / joiner, word joiner, zero-width no-break
+# space (a BOM inside text), soft hyphen, Mongolian vowel separator. Copies of one problem that differ only in them
+# are the same problem (issue 24.7: they were neither merged nor flagged as conflicting).
+ZERO_WIDTH = re.compile("[\u00ad\u180e\u200b\u200c\u200d\u2060\ufeff]")
 
 
 def strip_instruction(text: str) -> str:
@@ -424,15 +428,18 @@ def strip_instruction(text: str) -> str:
 
 
 def normalize_problem(text: str) -> str:
-    """The text that identifies a problem: NFKC, instruction suffix removed, whitespace collapsed, lowercased.
+    """The text that identifies a problem: NFKC, zero-width characters removed, instruction suffix removed,
+    whitespace collapsed, lowercased.
 
-    Two rows are the same problem exactly when this normal form is equal (case and whitespace are noise in the
-    shared pools; LaTeX and numbers are kept, because templated problems differ only in them).
+    Two rows are the same problem exactly when this normal form is equal (case, whitespace and invisible characters
+    are noise in the shared pools; LaTeX and numbers are kept, because templated problems differ only in them).
 
     >>> normalize_problem("What is  $2+3$?\\n" + INSTRUCTION_SUFFIX)
     'what is $2+3$?'
+    >>> normalize_problem("What is 2\\u200b+3?")
+    'what is 2+3?'
     """
-    text = unicodedata.normalize("NFKC", text)
+    text = ZERO_WIDTH.sub("", unicodedata.normalize("NFKC", text))
     text = strip_instruction(text)
     return _WS.sub(" ", text).strip().lower()
 

@@ -5,8 +5,8 @@
     curate pools / curate show POOL             what the workspace holds
 
 Verbs of the other stages live in one module per verb group (``curate/cli/rollout.py``, ``select.py``, ...) and
-are added to the app at the bottom of this file. Errors: ``common.run_app`` (one line and exit 2 for a user error
-or a usage error, a traceback for a bug, 130 on Ctrl-C); ``curate --version`` prints the version.
+are added to the app at the bottom of this file. Errors: ``curate.console.run_app`` (one line and exit 2 for a user
+error or a usage error, a traceback for a bug, 130 on Ctrl-C); ``curate --version`` prints the version.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from curate.cli.common import (
     emit,
     out,
     render_summary,
-    run_app,
     workspace,
 )
+from curate.console import run_app
 
 
 app = typer.Typer(
@@ -129,12 +129,12 @@ def ingest(
 @app.command()
 def formats() -> None:
     """List the source adapters `curate ingest --format` accepts, with what each reads."""
-    from curate.ingest import sources
+    from curate.ingest.formats import FORMATS
 
     table = Table(title="ingest formats")
     table.add_column("format")
     table.add_column("reads")
-    for fmt, desc in sources.FORMATS.items():
+    for fmt, desc in FORMATS.items():
         table.add_row(fmt, desc)
     out.print(table)
 

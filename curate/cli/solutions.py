@@ -92,11 +92,12 @@ def solutions(
     from curate.rollout.backends import HFOptions, OpenAIOptions
     from curate.rollout.vllm_engine import VLLMOptions
     from curate.solutions import stage as st
+    from curate.solutions.config import SolutionsConfig, TeacherConfig
 
     try:
         teacher = None
         if teacher_model:
-            teacher = st.TeacherConfig(
+            teacher = TeacherConfig(
                 model=teacher_model, backend=teacher_backend, budget=budget, per_round=per_round,
                 temperature=teacher_temperature, top_p=teacher_top_p, max_tokens=teacher_max_tokens,
                 seed=teacher_seed,
@@ -104,7 +105,7 @@ def solutions(
                 vllm=VLLMOptions(tensor_parallel_size=tp, max_model_len=max_model_len),
                 openai=OpenAIOptions(base_url=base_url, api=api, concurrency=concurrency, tokenizer=teacher_tokenizer),
             )  # fmt: skip
-        cfg = st.SolutionsConfig(
+        cfg = SolutionsConfig(
             k=k, selection=selection, name=name, export=export, splits=tuple(split or ("train",)),
             origins=tuple(origin or S.ORIGINS), models=tuple(model or ()), student=student, tokenizer=tokenizer,
             max_tokens=max_tokens, max_chars=max_chars or None, min_reasoning_words=min_reasoning_words,

@@ -23,21 +23,13 @@ import typer
 
 from curate import schema as S
 from curate.cli.common import USER_ERRORS, Json, emit, fail, out
-from curate.errors import InputError, MissingInput
+from curate.errors import InputError
+from curate.io import read_rows
 
 
 def read_pairs(path: Path) -> pl.DataFrame:
-    """A JSONL (``.jsonl``/``.ndjson``), JSON array (``.json``) or Parquet file as a frame."""
-    suffix = path.suffix.lower()
-    if not path.is_file():
-        raise MissingInput(f"{path} does not exist")
-    if suffix in (".jsonl", ".ndjson"):
-        return pl.read_ndjson(path, infer_schema_length=None)
-    if suffix == ".json":
-        return pl.read_json(path, infer_schema_length=None)
-    if suffix == ".parquet":
-        return pl.read_parquet(path)
-    raise InputError(f"{path}: expected .jsonl, .ndjson, .json or .parquet")
+    """The (gold, completion) rows to verify: ``curate.io.read_rows`` (one line for an empty or unreadable file)."""
+    return read_rows(path, "pairs to verify")
 
 
 def _column(df: pl.DataFrame, name: str) -> pl.Expr:

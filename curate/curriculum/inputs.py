@@ -14,6 +14,7 @@ import polars as pl
 from curate import io, prompts
 from curate import schema as S
 from curate.errors import ConfigError, InputError, MissingInput
+from curate.manifest import read_manifest
 
 
 _COLUMNS = (S.PROBLEM_ID, S.PROBLEM, S.ANSWER, S.ANSWER_ALTERNATIVES, S.SOURCE, S.SPLIT)
@@ -21,7 +22,7 @@ _COLUMNS = (S.PROBLEM_ID, S.PROBLEM, S.ANSWER, S.ANSWER_ALTERNATIVES, S.SOURCE, 
 
 def selection_pool(ws: io.Workspace, selection: str) -> str | None:
     """The pool a selection was drawn from, as its manifest records it (config, summary or extra ``pool``)."""
-    manifest = io.read_manifest(ws.selection_dir(selection)) or {}
+    manifest = read_manifest(ws.selection_dir(selection)) or {}
     extra = manifest.get("extra", {})
     for place in (manifest.get("config", {}), manifest.get("summary", {}), extra, extra.get("summary", {})):
         if isinstance(place, dict) and isinstance(place.get("pool"), str):
@@ -32,7 +33,7 @@ def selection_pool(ws: io.Workspace, selection: str) -> str | None:
 def selection_instruction(ws: io.Workspace, selection: str) -> str:
     """The instruction a selection's exports use (``select.instruction``, recorded in its manifest's config), so
     curriculum shards carry the same user turn; ``prompts.INSTRUCTION`` when the manifest does not say."""
-    manifest = io.read_manifest(ws.selection_dir(selection)) or {}
+    manifest = read_manifest(ws.selection_dir(selection)) or {}
     instruction = (manifest.get("config") or {}).get("instruction")
     return instruction if isinstance(instruction, str) else prompts.INSTRUCTION
 

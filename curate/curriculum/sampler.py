@@ -33,7 +33,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import hashlib
 import json
 from collections import deque
@@ -61,6 +60,7 @@ from curate.curriculum.rules import (
     temperature_schedule,
     zero_variance_mask,
 )
+from curate.rollout import ledger
 from curate.score.des import DesConfig
 
 
@@ -216,8 +216,9 @@ class CurriculumSampler:
         self.counts["served"] += len(batch)
         return batch
 
-    def update(self, problem_id: str, rewards: Sequence[float], step: int) -> None:
-        """Report one prompt's group of rewards at training ``step``."""
+    def update(self, problem_id: str, rewards: Sequence[float], step: int, *, record: bool = True) -> None:
+        """Report one prompt's group of rewards at training ``step``. ``record``: keep the group for
+        ``flush_ledger`` (False where the trainer writes its own ledger rows, with the completions)."""
         if problem_id not in self._pos:
             raise KeyError(f"unknown problem_id {problem_id!r}")
         rewards = [float(r) for r in rewards]
@@ -232,7 +233,8 @@ class CurriculumSampler:
             self.backoff[problem_id] = [run, min(self.cfg.backoff_max, self.cfg.backoff_base * 2 ** (run - 1))]
         else:
             self.backoff.pop(problem_id, None)
-        self.pending.append([problem_id, int(step), rewards])
+        if record:
+            self.pending.append([problem_id, int(step), rewards])
 
     def estimate(self) -> np.ndarray:
         """Current pass-rate estimate per prompt (sorted ids): EMA where trained, else the prior, else the mean."""
@@ -315,55 +317,40 @@ class CurriculumSampler:
     def to_ledger_rows(self, model: str, *, first_idx: dict[str, int] | None = None, run_id: str = "") -> pl.DataFrame:
         """Pending groups as ledger rows (schema.ROLLOUTS, backend ``sampler``, one row per reward, no completion).
 
-        ``sample_idx`` continues per problem from ``first_idx`` (the ledger's next free index), so keys never clash.
+        ``sample_idx`` continues per problem from ``first_idx`` (the ledger's next free index); without it, it is
+        left null, for ``ledger.append`` to number.
         """
-        nxt = dict(first_idx or {})
-        now = dt.datetime.now(dt.UTC)
-        rows: dict[str, list[Any]] = {name: [] for name in S.ROLLOUTS}
-        for pid, step, rewards in self.pending:
-            for r in rewards:
-                ok = r > self.cfg.success_threshold
-                values = {
-                    S.PROBLEM_ID: pid,
-                    S.MODEL: model,
-                    S.SAMPLE_IDX: nxt.get(pid, 0),
-                    S.VERDICT: "correct" if ok else "wrong",
-                    S.CORRECT: ok,
-                    S.REWARD: r,
-                    S.SEED: self.cfg.seed,
-                    S.BACKEND: "sampler",
-                    S.RUN_ID: run_id,
-                    S.STEP: step,
-                    S.CREATED_AT: now,
-                }
-                nxt[pid] = nxt.get(pid, 0) + 1
-                for name in S.ROLLOUTS:
-                    rows[name].append(values.get(name))
-        return pl.DataFrame(rows, schema=S.ROLLOUTS)
+        pids, steps, rewards = [], [], []
+        for pid, step, group in self.pending:
+            pids += [pid] * len(group)
+            steps += [step] * len(group)
+            rewards += group
+        ok = [r > self.cfg.success_threshold for r in rewards]
+        values = {
+            S.VERDICT: ["correct" if c else "wrong" for c in ok],
+            S.CORRECT: ok,
+            S.REWARD: rewards,
+            S.SEED: self.cfg.seed,
+            S.STEP: steps,
+        }
+        rows = ledger.build_rows(model, pids, values, backend="sampler", run_id=run_id)
+        if first_idx is None:
+            return rows
+        return ledger.number(rows, {pid: range(first) for pid, first in first_idx.items()})
 
     def flush_ledger(self, ws, pool: str, model: str, *, run_id: str = "") -> Any:
-        """Append pending groups to ``ws.ledger_dir(pool, model)`` as one atomic part file; returns its path or None.
+        """Append pending groups to the model's rollout ledger as one atomic part file (``ledger.append``, which
+        numbers them); returns its path or None.
 
         The file name is a hash of the pending content, so flushing the same groups twice (a resume from a state
         saved before the last flush) writes nothing new. Pending groups are cleared afterwards.
         """
-        from curate.io import write_parquet
-
         if not self.pending:
             return None
-        digest = hashlib.sha256(json.dumps([model, run_id, self.pending]).encode()).hexdigest()[:16]
-        folder = ws.ledger_dir(pool, model)
-        path = folder / f"part-sampler-{digest}.parquet"
+        name = ledger.part_name("sampler", ledger.digest(json.dumps([model, run_id, self.pending]), 16))
+        path = ledger.part_path(ws, pool, model, name)
         if not path.exists():
-            first: dict[str, int] = {}
-            parts = (
-                sorted(p for p in folder.glob("*.parquet") if not p.name.startswith(".")) if folder.is_dir() else []
-            )
-            if parts:
-                keys = pl.concat([pl.read_parquet(p, columns=[S.PROBLEM_ID, S.SAMPLE_IDX]) for p in parts])
-                agg = keys.group_by(S.PROBLEM_ID).agg(pl.col(S.SAMPLE_IDX).max() + 1)
-                first = dict(zip(agg[S.PROBLEM_ID].to_list(), agg[S.SAMPLE_IDX].to_list(), strict=True))
-            write_parquet(self.to_ledger_rows(model, first_idx=first, run_id=run_id), path, S.ROLLOUTS)
+            ledger.append(ws, pool, model, self.to_ledger_rows(model, run_id=run_id), part=name)
         self.pending = []
         return path
 

@@ -54,7 +54,7 @@ from curate.curriculum.rules import (
 )
 from curate.curriculum.sampler import SamplerConfig, scalingrl_epoch
 from curate.errors import InputError
-from curate.io import StageResult
+from curate.stage_wrapper import StageOutput, StageResult, run_wrapped
 
 
 PLANS = ("fastcurl", "bands", "scalingrl")
@@ -440,7 +440,7 @@ def build(
     force: bool = False,
     progress: bool = False,
 ) -> StageResult:
-    """Write the plan, shards, figure and manifest for ``cfg`` through ``io.run_wrapped`` (skipped when inputs,
+    """Write the plan, shards, figure and manifest for ``cfg`` through ``run_wrapped`` (skipped when inputs,
     config and code are unchanged). ``recipe`` only supplies a default name."""
     source = resolve_source(ws, cfg.selection, cfg.pool)
     name = cfg.name or (recipe.name if recipe is not None else None)
@@ -451,16 +451,16 @@ def build(
     paths = input_paths(ws, source) + ([cfg.tokenizer] if cfg.unit == "tokens" else [])
     config = {**dataclasses.asdict(cfg), "name": name, "source": source, "instruction": instruction}
 
-    def work(_manifest) -> io.StageOutput:
+    def work(_manifest) -> StageOutput:
         return _plan_folder(ws, cfg, source, name, instruction, progress)
 
     with ws.lock("curriculum", name):  # one writer of the folder at a time, from the skip check to its manifest
-        return io.run_wrapped(ws, "curriculum", inputs=paths, config=config, outputs=[out_dir], fn=work, force=force)
+        return run_wrapped(ws, "curriculum", inputs=paths, config=config, outputs=[out_dir], fn=work, force=force)
 
 
 def _plan_folder(
     ws: io.Workspace, cfg: CurriculumConfig, source: dict, name: str, instruction: str, progress: bool
-) -> io.StageOutput:
+) -> StageOutput:
     """The work of ``build``: plan over the input and write shards, plan.json and plan.png into a new folder that
     then replaces the old one whole (``io.replace_dir``: never absent, never half old and half new)."""
     from curate.curriculum.plots import plot_plan
@@ -537,7 +537,7 @@ def _plan_folder(
         }
         io.write_json(folder / "plan.json", plan)
         plot_plan(plan, folder / "plan.png", order)
-    return io.StageOutput(summary, rows_in=rows_in, rows_out=len(kept), drops=dict(drops))
+    return StageOutput(summary, rows_in=rows_in, rows_out=len(kept), drops=dict(drops))
 
 
 def reconciles_on_disk(ws: io.Workspace, source: dict, shards: list, drops: dict[str, int]) -> bool:

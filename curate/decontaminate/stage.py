@@ -60,7 +60,7 @@ from curate.decontaminate.dedup import (
     tokenize,
 )
 from curate.embed import EmbedConfig, embed_problems, encoder_key, thresholds
-from curate.io import StageResult
+from curate.stage_wrapper import StageOutput, StageResult, run_wrapped
 
 
 STAGE = "decontaminate"
@@ -489,7 +489,7 @@ def decontaminate_pool(
     ws: io.Workspace, pool: str, cfg: DecontamConfig, *, force: bool = False, progress: bool = False
 ) -> StageResult:
     """The I/O entry point: read the pool (and benchmark pools), run, write filters + quarantine through
-    ``io.run_wrapped`` (skipped when inputs, config and code are unchanged). Holds the pool's lock; the stage's
+    ``run_wrapped`` (skipped when inputs, config and code are unchanged). Holds the pool's lock; the stage's
     quarantine rows go to its own file (``quarantine_decontaminate.parquet``), replaced whole on every run."""
     problems_path = ws.require_pool(pool)
     filters_path, q_path = ws.table(pool, "filters"), ws.quarantine_path(pool, STAGE)
@@ -499,7 +499,7 @@ def decontaminate_pool(
     key = encoder_key(cfg.embed) if needs_vectors else None
     conf = asdict(cfg) | ({"encoder_key": key} if needs_vectors else {})
 
-    def work(_manifest) -> io.StageOutput:
+    def work(_manifest) -> StageOutput:
         problems = io.read_parquet(problems_path, S.PROBLEMS)
         bench = benchmark_problems(ws, problems, cfg.benchmark_pools)
         train = problems.filter(pl.col(S.SPLIT) != "test").sort(S.PROBLEM_ID)
@@ -517,7 +517,7 @@ def decontaminate_pool(
             "embedding": cfg.embed_threshold if cfg.use_embeddings else None,
             "near_duplicate": cfg.dedup.threshold if cfg.dedup.enabled else None,
         }
-        return io.StageOutput(
+        return StageOutput(
             summary,
             tables={
                 q_path: (new_rows, S.QUARANTINE),
@@ -529,7 +529,7 @@ def decontaminate_pool(
             check=lambda: {"reconciles": reconciles_on_disk(problems_path, filters_path, q_path)},
         )
 
-    return io.run_wrapped(
+    return run_wrapped(
         ws,
         STAGE,
         inputs=[problems_path, *bench_paths],

@@ -34,17 +34,9 @@ import polars as pl
 
 from curate import schema as S
 from curate.config import ConfigError, IngestConfig, Recipe
-from curate.io import (
-    StageOutput,
-    StageResult,
-    Workspace,
-    pool_locked,
-    read_parquet,
-    read_quarantine,
-    run_wrapped,
-    write_json,
-)
+from curate.io import Workspace, pool_locked, read_parquet, read_quarantine, write_json
 from curate.io import write_parquet as _write
+from curate.stage_wrapper import StageOutput, StageResult, run_wrapped
 from curate.verify import answers as A
 
 

@@ -17,7 +17,9 @@ Formats (one source row -> several ledger rows):
 
 Work is sharded by source-row ranges with the same guarantees as rollouts: each shard writes one atomic part file
 per model, named by the import's run id (``import-`` + a hash of the file and format) and a digest of its keys;
-already-present keys are skipped, so an interrupted import resumes and a repeated one writes nothing. Problems not
+already-present keys are skipped, so an interrupted import resumes and a repeated one writes nothing. sample_idx is
+the dataset's own (position in its list of generations): the one exception to ``curate.rollout.ledger``'s
+numbering rule, so that a re-import finds the same keys. Problems not
 in the pool are counted and listed (``--add-problems`` first ingests the file's problems through ``curate.ingest``).
 
 Example report: ``{"model": "gsm8k/175b_verification", "rows": 1319, "agreement": 0.99, "both_correct": 740, ...}``.
@@ -26,7 +28,6 @@ Example report: ``{"model": "gsm8k/175b_verification", "rows": 1319, "agreement"
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import hashlib
 import itertools
 import json
@@ -40,8 +41,9 @@ import polars as pl
 from curate import io, verify
 from curate import schema as S
 from curate.errors import ConfigError, InputError
+from curate.manifest import file_hash
 from curate.progress import bar
-from curate.rollout import stats
+from curate.rollout import ledger, stats
 from curate.rollout.backends import load_tokenizer
 from curate.verify.answers import answer_key, normalize_answer
 
@@ -157,7 +159,7 @@ def _gen(model: str, idx: int, text: Any, label: Any, reason: Any) -> dict[str, 
 
 def import_run_id(cfg: ImportConfig) -> str:
     """``import-`` + a hash of the file's bytes, its format and the model name: the same import, the same id."""
-    digest = hashlib.sha256(f"{io.file_hash(cfg.path)}:{cfg.format}:{cfg.model}".encode()).hexdigest()
+    digest = hashlib.sha256(f"{file_hash(cfg.path)}:{cfg.format}:{cfg.model}".encode()).hexdigest()
     return f"import-{digest[:12]}"
 
 
@@ -199,7 +201,7 @@ def plan_import(ws: io.Workspace, pool: str, cfg: ImportConfig) -> tuple[list[Im
         for g in gens:
             model = g[S.MODEL]
             if model not in present:
-                have = stats.read_ledger(ws, pool, model, columns=[])
+                have = ledger.read(ws, pool, model, columns=[])
                 present[model] = set(zip(have[S.PROBLEM_ID].to_list(), have[S.SAMPLE_IDX].to_list(), strict=True))
             if g[S.COMPLETION] is None:
                 drops["missing_completion"] += 1
@@ -249,10 +251,10 @@ def run_import_shard(ws: io.Workspace, pool: str, cfg: ImportConfig, shard: Impo
     written = []
     for model, items in sorted(by_model.items()):
         keys = ";".join(f"{r[S.PROBLEM_ID]}:{r[S.SAMPLE_IDX]}" for r in items)
-        name = f"part-{shard.run_id}-{shard.index:06d}-{hashlib.sha256(keys.encode()).hexdigest()[:12]}.parquet"
-        path = ws.ledger_dir(pool, model) / name
+        name = ledger.part_name(shard.run_id, f"{shard.index:06d}", ledger.digest(keys))
+        path = ledger.part_path(ws, pool, model, name)
         if not path.exists():
-            io.write_parquet(_verified_rows(items, golds, cfg, shard.run_id), path, S.ROLLOUTS)
+            ledger.write_part(_verified_rows(items, golds, cfg, shard.run_id), path)
         written.append(path)
     return written
 
@@ -272,34 +274,20 @@ def _verified_rows(
     if cfg.tokenizer:
         tok = load_tokenizer(cfg.tokenizer)
         tokens = [len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
-    now = dt.datetime.now(dt.UTC)
-    frame = pl.DataFrame(
-        {
-            S.PROBLEM_ID: [r[S.PROBLEM_ID] for r in items],
-            S.MODEL: [r[S.MODEL] for r in items],
-            S.SAMPLE_IDX: [r[S.SAMPLE_IDX] for r in items],
-            S.COMPLETION: texts,
-            S.COMPLETION_TOKENS: tokens,
-            S.FINISH_REASON: [r[S.FINISH_REASON] for r in items],
-            S.EXTRACTED_ANSWER: [v.extracted for v in verdicts],
-            S.VERDICT: [v.verdict for v in verdicts],
-            S.CORRECT: [v.correct for v in verdicts],
-            S.REWARD: [verify.reward_of(v, cfg.verify) for v in verdicts],
-            S.BACKEND: "import",
-            S.RUN_ID: rid,
-            S.SHIPPED_LABEL: [r[S.SHIPPED_LABEL] for r in items],
-            S.CREATED_AT: now,
-        },
-        schema_overrides={
-            S.SAMPLE_IDX: pl.Int32,
-            S.COMPLETION_TOKENS: pl.Int32,
-            S.FINISH_REASON: pl.String,
-            S.SHIPPED_LABEL: pl.Boolean,
-            S.CREATED_AT: S.ROLLOUTS[S.CREATED_AT],
-        },
-    )
-    nulls = [pl.lit(None, dtype).alias(c) for c, dtype in S.ROLLOUTS.items() if c not in frame.columns]
-    return S.validate(frame.with_columns(nulls), S.ROLLOUTS, table="rollouts").sort([S.PROBLEM_ID, S.SAMPLE_IDX])
+    values = {
+        S.SAMPLE_IDX: [r[S.SAMPLE_IDX] for r in items],
+        S.COMPLETION: texts,
+        S.COMPLETION_TOKENS: tokens,
+        S.FINISH_REASON: [r[S.FINISH_REASON] for r in items],
+        S.EXTRACTED_ANSWER: [v.extracted for v in verdicts],
+        S.VERDICT: [v.verdict for v in verdicts],
+        S.CORRECT: [v.correct for v in verdicts],
+        S.REWARD: [verify.reward_of(v, cfg.verify) for v in verdicts],
+        S.SHIPPED_LABEL: [r[S.SHIPPED_LABEL] for r in items],
+    }
+    pids = [r[S.PROBLEM_ID] for r in items]
+    frame = ledger.build_rows(items[0][S.MODEL], pids, values, backend="import", run_id=rid)
+    return frame.sort([S.PROBLEM_ID, S.SAMPLE_IDX])
 
 
 # --------------------------------------------------------------------------------------------------- report
@@ -367,9 +355,7 @@ def import_generations(ws: io.Workspace, pool: str, cfg: ImportConfig, *, progre
 
 
 def _import_rows(ws: io.Workspace, pool: str, rid: str) -> pl.DataFrame:
-    files = [f for f in stats.ledger_files(ws, pool) if f.name.startswith(f"part-{rid}-")]
-    cols = [*stats.KEY, S.CORRECT, S.SHIPPED_LABEL, S.VERDICT]
-    return stats.dedupe(stats.read_files(files, cols))
+    return ledger.read(ws, pool, run_id=rid, columns=[S.CORRECT, S.SHIPPED_LABEL, S.VERDICT])
 
 
 def _add_problems(ws: io.Workspace, pool: str, cfg: ImportConfig) -> dict[str, Any]:

@@ -19,9 +19,10 @@ How a job is cut and why a crash loses nothing:
 Kill the process at any moment (SIGKILL included) and run the same command again: the plan recomputes what is
 missing and does only that. Two runs of one model at once (a second ``curate rollout``, a nightly flow) never
 generate a sample twice: ``run_shard`` first claims the shard's samples under the model ledger's lock
-(``claim_shard``), leaving out those in the ledger or claimed by a live run; a run that finds the rest of its job
-claimed elsewhere waits for it (``_run_all``), and takes over the claims of a run that died. Reads still
-deduplicate by key as a safety net.
+(``claim_shard``, through ``ledger.claim``), leaving out those in the ledger or claimed by a live run; a run that
+finds the rest of its job claimed elsewhere waits for it (``_run_all``), and takes over the claims of a run that
+died. Reads still deduplicate by key as a safety net. Part names, sample numbering (sample_idx in ``[0, n)``: the
+free indices below n), atomic writes and reads are ``curate.rollout.ledger``'s.
 ``only_unsolved`` ignores the current run's own rows, so its candidate list, and with it the shards, also
 stay fixed across a resume.
 
@@ -40,10 +41,6 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
-import os
-import re
-import secrets
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,12 +51,15 @@ import polars as pl
 from curate import config as config_mod
 from curate import io, prompts, verify
 from curate import schema as S
-from curate.io import StageResult
+from curate.locks import lock_timeout
+from curate.manifest import manifest_path as folder_manifest_path
 from curate.progress import bar
 from curate.prompts import INSTRUCTION as DEFAULT_INSTRUCTION
-from curate.rollout import backends, stats
+from curate.rollout import backends, ledger, stats
 from curate.rollout.backends import HFOptions, OpenAIOptions, Request, Sampling
+from curate.rollout.ledger import claims_dir, live_claims
 from curate.rollout.vllm_engine import VLLMOptions
+from curate.stage_wrapper import StageOutput, StageResult, run_wrapped
 
 
 BACKENDS = ("hf", "vllm", "openai")
@@ -193,17 +193,17 @@ class Shard:
     @property
     def name(self) -> str:
         keys = ";".join(f"{i.problem_id}:{','.join(map(str, i.sample_idxs))}" for i in self.items)
-        return f"part-{self.run_id}-{self.index:06d}-{hashlib.sha256(keys.encode()).hexdigest()[:12]}"
+        return ledger.part_name(self.run_id, f"{self.index:06d}", ledger.digest(keys))
 
 
 def shard_path(ws: io.Workspace, pool: str, cfg: RolloutConfig, shard: Shard) -> Path:
-    return ws.ledger_dir(pool, cfg.model) / f"{shard.name}.parquet"
+    return ledger.part_path(ws, pool, cfg.model, shard.name)
 
 
 def manifest_path(ws: io.Workspace, pool: str, model: str) -> Path:
-    """``rollouts/<model>/manifest.json``: the model ledger's manifest (``io.manifest_path`` of its folder; ledger
-    readers take ``part-*.parquet`` only)."""
-    return io.manifest_path(ws.ledger_dir(pool, model))
+    """``rollouts/<model>/manifest.json``: the model ledger's manifest (``manifest.manifest_path`` of its folder;
+    ledger readers take ``part-*.parquet`` only)."""
+    return folder_manifest_path(ledger.folder(ws, pool, model))
 
 
 def _golds(answer: str | None, alternatives: list[str] | None) -> tuple[str, ...]:
@@ -219,7 +219,7 @@ def candidates(ws: io.Workspace, pool: str, cfg: RolloutConfig) -> tuple[pl.Data
     keep = problems.filter(pl.col(S.SPLIT).is_in(list(cfg.splits)))
     excluded["split"] = problems.height - keep.height
     if cfg.only_unsolved:
-        led = stats.read_ledger(ws, pool, cfg.model, columns=[S.CORRECT, S.RUN_ID])
+        led = ledger.read(ws, pool, cfg.model, columns=[S.CORRECT, S.RUN_ID])
         solved = led.filter(pl.col(S.CORRECT).fill_null(False) & (pl.col(S.RUN_ID) != run_id(cfg)))
         before = keep.height
         keep = keep.join(solved.select(S.PROBLEM_ID).unique(), on=S.PROBLEM_ID, how="anti")
@@ -238,7 +238,7 @@ def plan_shards(ws: io.Workspace, pool: str, cfg: RolloutConfig) -> list[Shard]:
 def _plan(ws: io.Workspace, pool: str, cfg: RolloutConfig) -> tuple[list[Shard], dict[str, Any]]:
     """Shards, and where every pool problem went: ``pool = sum(excluded) + complete + other_rank + planned``."""
     keep, excluded = candidates(ws, pool, cfg)
-    have = stats.read_ledger(ws, pool, cfg.model, columns=[])
+    have = ledger.read(ws, pool, cfg.model, columns=[])
     done = have.group_by(S.PROBLEM_ID).agg(pl.col(S.SAMPLE_IDX))
     done_map = dict(zip(done[S.PROBLEM_ID].to_list(), done[S.SAMPLE_IDX].to_list(), strict=True))
     rid = run_id(cfg)
@@ -252,8 +252,7 @@ def _plan(ws: io.Workspace, pool: str, cfg: RolloutConfig) -> tuple[list[Shard],
             continue
         items = []
         for row in chunk:
-            present = set(done_map.get(row[S.PROBLEM_ID]) or ())
-            missing = tuple(i for i in range(cfg.n) if i not in present)
+            missing = ledger.free_indices(set(done_map.get(row[S.PROBLEM_ID]) or ()), below=cfg.n)
             if missing:
                 golds = _golds(row[S.ANSWER], row[S.ANSWER_ALTERNATIVES])
                 items.append(WorkItem(row[S.PROBLEM_ID], row[S.PROBLEM], golds, missing))
@@ -265,126 +264,33 @@ def _plan(ws: io.Workspace, pool: str, cfg: RolloutConfig) -> tuple[list[Shard],
 
 
 # --------------------------------------------------------------------------------------------------- claims
-_TEMP_PART = re.compile(r"^\.(part-r-[0-9a-f]{12}-\d{6}-[0-9a-f]{12})\.parquet\..+\.tmp$")
-
-
 @dataclass
 class Claim:
-    """Samples this process is generating, announced to other runs of the model until ``release``.
-
-    A claim is a record (``<token>.json``: pid, run id, shard name, keys) beside a lock file this process holds
-    (``filelock``, an ``flock``): if the process dies, SIGKILL included, the kernel frees the lock and the next
-    run treats the record as stale, so a killed run's samples are taken over, never blocked.
-    """
+    """A shard's samples claimed on the model's ledger (``ledger.claim``): ``shard`` is what is left to generate
+    here, until ``release``."""
 
     shard: Shard
-    record: Path
-    lock: Any
+    held: ledger.Claim
 
     def release(self) -> None:
-        self.record.unlink(missing_ok=True)
-        self.lock.release()
-        Path(self.lock.lock_file).unlink(missing_ok=True)
-
-
-def claims_dir(ws: io.Workspace, pool: str, model: str) -> Path:
-    """``locks/ledger-<pool>__<model>.claims/``: the live claims on one model's ledger."""
-    return ws.lock_path("ledger", f"{pool}/{model}").with_suffix(".claims")
-
-
-def live_claims(folder: Path) -> list[dict[str, Any]]:
-    """Records of the claims whose holder is alive; a dead holder's record and lock file are removed.
-
-    Call under the ledger lock (``claim_shard`` does), so no claim is being created or checked meanwhile.
-    """
-    from filelock import FileLock, Timeout
-
-    out = []
-    if not folder.is_dir():
-        return out
-    for lock_file in sorted(folder.glob("*.lock")):
-        record = lock_file.with_suffix(".json")
-        probe = FileLock(str(lock_file))  # a new descriptor: busy while the holder (even this process) has it
-        try:
-            probe.acquire(blocking=False)
-        except Timeout:
-            if record.is_file():
-                out.append(json.loads(record.read_text(encoding="utf-8")))
-            continue
-        record.unlink(missing_ok=True)
-        probe.release()
-        lock_file.unlink(missing_ok=True)
-    return out
-
-
-def _ledger_keys(ws: io.Workspace, pool: str, model: str, problem_ids: set[str]) -> set[tuple[str, int]]:
-    """(problem_id, sample_idx) of ``problem_ids`` already in the model's ledger."""
-    files = stats.ledger_files(ws, pool, model)
-    if not files or not problem_ids:
-        return set()
-    keys = pl.concat(
-        [
-            pl.read_parquet(f, columns=[S.PROBLEM_ID, S.SAMPLE_IDX]).filter(
-                pl.col(S.PROBLEM_ID).is_in(sorted(problem_ids))
-            )
-            for f in files
-        ]
-    )
-    return set(keys.iter_rows())
+        self.held.release()
 
 
 def claim_shard(ws: io.Workspace, pool: str, cfg: RolloutConfig, shard: Shard) -> Claim | None:
-    """Claim what is still to do of ``shard``: under the model ledger's lock, leave out the samples already in the
-    ledger or claimed by a live run, and claim the rest; None when nothing is left.
+    """Claim what is still to do of ``shard``: the samples neither in the ledger nor claimed by a live run (a
+    smaller shard, named by its own keys); None when nothing is left.
 
     Same config: both runs plan the same shards, so one takes a shard and the other skips it. Another shard size
-    or ``n``: their shards overlap partly, and only the unclaimed samples are generated (a smaller shard, named by
-    its own keys). Temp files of shards no live run is writing (a killed run's) are removed here.
+    or ``n``: their shards overlap partly, and only the unclaimed samples are generated.
     """
-    from filelock import FileLock
-
-    with ws.lock("ledger", f"{pool}/{cfg.model}"):
-        folder = claims_dir(ws, pool, cfg.model)
-        folder.mkdir(parents=True, exist_ok=True)
-        live = live_claims(folder)
-        _remove_dead_temps(ws.ledger_dir(pool, cfg.model), {c["shard"] for c in live})
-        taken = {(p, i) for c in live for p, i in c["keys"]}
-        done = _ledger_keys(ws, pool, cfg.model, {i.problem_id for i in shard.items})
-        skip, items = done | taken, []
-        for item in shard.items:
-            free = tuple(s for s in item.sample_idxs if (item.problem_id, s) not in skip)
-            if free:
-                items.append(dataclasses.replace(item, sample_idxs=free))
-        if not items:
-            return None
-        mine = shard if tuple(items) == shard.items else Shard(shard.index, shard.run_id, tuple(items))
-        token = f"{os.getpid()}-{secrets.token_hex(4)}"
-        lock = FileLock(str(folder / f"{token}.lock"))
-        lock.acquire(blocking=False)
-        record = folder / f"{token}.json"
-        io.write_json(
-            record,
-            {
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
-                "run_id": shard.run_id,
-                "shard": mine.name,
-                "since": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                "keys": [[i.problem_id, s] for i in items for s in i.sample_idxs],
-            },
-        )
-        return Claim(mine, record, lock)
-
-
-def _remove_dead_temps(folder: Path, live_shards: set[str]) -> None:
-    """Remove temp files of rollout shards that no live run is writing (left by a killed run). Only rollout shard
-    temps: other writers of the ledger (imports, the sampler, training) do not claim."""
-    if not folder.is_dir():
-        return
-    for p in folder.iterdir():
-        m = _TEMP_PART.match(p.name)
-        if m and m.group(1) not in live_shards:
-            p.unlink(missing_ok=True)
+    wanted = {i.problem_id: i.sample_idxs for i in shard.items}
+    held = ledger.claim(ws, pool, cfg.model, wanted, run_id=shard.run_id)
+    if held is None:
+        return None
+    items = tuple(
+        dataclasses.replace(i, sample_idxs=held.keys[i.problem_id]) for i in shard.items if i.problem_id in held.keys
+    )
+    return Claim(shard if items == shard.items else Shard(shard.index, shard.run_id, items), held)
 
 
 # --------------------------------------------------------------------------------------------------- one shard
@@ -415,31 +321,24 @@ def ledger_rows(
     cfg: RolloutConfig, shard: Shard, completions: list, verdicts: list[verify.Verdict], now: dt.datetime
 ) -> pl.DataFrame:
     """Completions and their verdicts as ledger rows (schema.ROLLOUTS), sorted by (problem_id, sample_idx)."""
-    rows = {name: [] for name in S.ROLLOUTS}
-    for c, v in zip(completions, verdicts, strict=True):
-        values = {
-            S.PROBLEM_ID: c.problem_id,
-            S.MODEL: cfg.model,
-            S.SAMPLE_IDX: c.sample_idx,
-            S.COMPLETION: c.text,
-            S.PROMPT_TOKENS: c.prompt_tokens,
-            S.COMPLETION_TOKENS: c.completion_tokens,
-            S.FINISH_REASON: c.finish_reason,
-            S.EXTRACTED_ANSWER: v.extracted,
-            S.VERDICT: v.verdict,
-            S.CORRECT: v.correct,
-            S.REWARD: verify.reward_of(v, cfg.verify),
-            S.TEMPERATURE: cfg.temperature,
-            S.TOP_P: cfg.top_p,
-            S.MAX_TOKENS: cfg.max_tokens,
-            S.SEED: cfg.seed,
-            S.BACKEND: cfg.backend,
-            S.RUN_ID: shard.run_id,
-            S.CREATED_AT: now,
-        }
-        for name in S.ROLLOUTS:
-            rows[name].append(values.get(name))
-    return pl.DataFrame(rows, schema=S.ROLLOUTS).sort([S.PROBLEM_ID, S.SAMPLE_IDX])
+    values = {
+        S.SAMPLE_IDX: [c.sample_idx for c in completions],
+        S.COMPLETION: [c.text for c in completions],
+        S.PROMPT_TOKENS: [c.prompt_tokens for c in completions],
+        S.COMPLETION_TOKENS: [c.completion_tokens for c in completions],
+        S.FINISH_REASON: [c.finish_reason for c in completions],
+        S.EXTRACTED_ANSWER: [v.extracted for v in verdicts],
+        S.VERDICT: [v.verdict for v in verdicts],
+        S.CORRECT: [v.correct for v in verdicts],
+        S.REWARD: [verify.reward_of(v, cfg.verify) for v in verdicts],
+        S.TEMPERATURE: cfg.temperature,
+        S.TOP_P: cfg.top_p,
+        S.MAX_TOKENS: cfg.max_tokens,
+        S.SEED: cfg.seed,
+    }
+    pids = [c.problem_id for c in completions]
+    rows = ledger.build_rows(cfg.model, pids, values, backend=cfg.backend, run_id=shard.run_id, created_at=now)
+    return rows.sort([S.PROBLEM_ID, S.SAMPLE_IDX])
 
 
 def run_shard(
@@ -518,28 +417,27 @@ def _generate_shard(
     timings["generate_s"] = timings.get("generate_s", 0.0) + t1 - t0
     timings["verify_s"] = timings.get("verify_s", 0.0) + time.perf_counter() - t1
     frame = ledger_rows(cfg, shard, completions, verdicts, dt.datetime.now(dt.UTC))
-    return io.write_parquet(frame, path, S.ROLLOUTS)
+    return ledger.write_part(frame, path)
 
 
 # --------------------------------------------------------------------------------------------------- job
 @io.pool_locked
 def finalize(ws: io.Workspace, pool: str, cfg: RolloutConfig, *, force: bool = False) -> StageResult:
-    """Refresh the stats table and summarize this job's rows, through ``io.run_wrapped``: skipped when the pool's
+    """Refresh the stats table and summarize this job's rows, through ``run_wrapped``: skipped when the pool's
     ledger parts, the problems table, the config and the code are what the model ledger's manifest records.
 
     Inputs: the problems table and every ledger part of the pool (the stats cover every model). Outputs: the
     model's ledger folder (its manifest, ``manifest_path``) and ``stats.parquet``.
     """
     rid = run_id(cfg)
-    folder, stats_path = ws.ledger_dir(pool, cfg.model), ws.table(pool, "stats")
+    folder, stats_path = ledger.folder(ws, pool, cfg.model), ws.table(pool, "stats")
 
-    def work(_manifest) -> io.StageOutput:
+    def work(_manifest) -> StageOutput:
         refreshed = stats.refresh_stats(ws, pool, prior=cfg.prior, force=force)
-        own = [f for f in stats.ledger_files(ws, pool, cfg.model) if f.name.startswith(f"part-{rid}-")]
         cols = [S.VERDICT, S.CORRECT, S.COMPLETION_TOKENS, S.FINISH_REASON]
-        rows = stats.dedupe(stats.read_files(own, [*stats.KEY, *cols]))
+        rows = ledger.read(ws, pool, cfg.model, columns=cols, run_id=rid)
         verdicts = {k: int(v) for k, v in rows[S.VERDICT].value_counts().iter_rows()} if rows.height else {}
-        ledger_rows_total = stats.read_ledger(ws, pool, cfg.model, columns=[]).height
+        ledger_rows_total = ledger.read(ws, pool, cfg.model, columns=[]).height
         summary: dict[str, Any] = {
             "pool": pool,
             "model": cfg.model,
@@ -554,15 +452,13 @@ def finalize(ws: io.Workspace, pool: str, cfg: RolloutConfig, *, force: bool = F
             "stats": refreshed,
         }
         folder.mkdir(parents=True, exist_ok=True)
-        return io.StageOutput(
+        return StageOutput(
             summary, rows_in=rows.height, rows_out=ledger_rows_total, extra={"run_id": rid, "verdicts": verdicts}
         )
 
-    inputs = [ws.table(pool, "problems"), *stats.ledger_files(ws, pool)]
+    inputs = [ws.table(pool, "problems"), *ledger.files(ws, pool)]
     config = dataclasses.asdict(cfg) | {"run_id": rid, "pool": pool}
-    return io.run_wrapped(
-        ws, "rollout", inputs=inputs, config=config, outputs=[folder, stats_path], fn=work, force=force
-    )
+    return run_wrapped(ws, "rollout", inputs=inputs, config=config, outputs=[folder, stats_path], fn=work, force=force)
 
 
 def rollout(
@@ -611,7 +507,7 @@ def _run_all(
     poll_s: float = 0.5,
 ) -> int:
     """Run every shard, then wait for the samples other live runs of the model claimed (taking over those of a run
-    that dies), so that the job is complete on return. Waits at most the lock timeout (``io.lock_timeout``);
+    that dies), so that the job is complete on return. Waits at most the lock timeout (``locks.lock_timeout``);
     returns how many samples were still being generated elsewhere when it gave up (0 when complete)."""
     from curate.progress import log
 
@@ -623,7 +519,7 @@ def _run_all(
         if not shards:
             return 0
         left = sum(s.samples for s in shards)
-        limit = io.lock_timeout(ws.lock_timeout)
+        limit = lock_timeout(ws.lock_timeout)
         if deadline is None:
             with ws.lock("ledger", f"{pool}/{cfg.model}"):
                 owners = sorted({str(c["pid"]) for c in live_claims(claims_dir(ws, pool, cfg.model))})

@@ -35,24 +35,20 @@ import polars as pl
 from curate import io
 from curate import schema as S
 from curate.errors import ConfigError
+from curate.manifest import Manifest, file_hash, read_manifest, write_manifest
+from curate.rollout import ledger
 
 
-KEY = [S.PROBLEM_ID, S.MODEL, S.SAMPLE_IDX]
 GROUP = [S.PROBLEM_ID, S.MODEL]
-LEDGER_COLUMNS = [*KEY, S.CORRECT, S.COMPLETION_TOKENS, S.FINISH_REASON, S.STEP]  # what stats read of the ledger
+LEDGER_COLUMNS = [*ledger.KEY, S.CORRECT, S.COMPLETION_TOKENS, S.FINISH_REASON, S.STEP]  # what stats read
 QUANTILES = (0.05, 0.95)
 DEFAULT_PRIOR = (1.0, 1.0)  # Beta(1, 1): uniform over the pass rate
 
 
 # --------------------------------------------------------------------------------------------------- pure
-def dedupe(ledger: pl.DataFrame) -> pl.DataFrame:
-    """One row per ledger key, the first one seen (callers order rows by file name, then row)."""
-    return ledger.unique(subset=KEY, keep="first", maintain_order=True)
-
-
-def sums_of(ledger: pl.DataFrame) -> pl.DataFrame:
+def sums_of(rows: pl.DataFrame) -> pl.DataFrame:
     """Additive per-(problem, model) sums of ledger rows (deduplicated by key first), schema.STATS_STATE."""
-    rows = dedupe(ledger.select(LEDGER_COLUMNS))
+    rows = ledger.dedupe(rows.select(LEDGER_COLUMNS))
     correct = pl.col(S.CORRECT).fill_null(False)
     tokens = pl.col(S.COMPLETION_TOKENS).cast(pl.Int64)
     out = rows.group_by(GROUP).agg(
@@ -113,7 +109,7 @@ def finalize(
     return S.validate(out, S.STATS, table="stats")
 
 
-def compute_stats(ledger: pl.DataFrame, prior: tuple[float, float] = (1.0, 1.0)) -> pl.DataFrame:
+def compute_stats(rows: pl.DataFrame, prior: tuple[float, float] = (1.0, 1.0)) -> pl.DataFrame:
     """Stats rows for a ledger frame (any columns beyond ``LEDGER_COLUMNS`` are ignored), sorted by key.
 
     >>> import polars as pl
@@ -124,36 +120,12 @@ def compute_stats(ledger: pl.DataFrame, prior: tuple[float, float] = (1.0, 1.0))
     >>> row["alpha"], row["beta"], round(row["pass_rate_mean"], 4), row["mean_tokens_correct"], row["truncation_rate"]
     (4.0, 2.0, 0.6667, 20.0, 0.25)
     """
-    return finalize(sums_of(ledger), prior)
+    return finalize(sums_of(rows), prior)
 
 
 # --------------------------------------------------------------------------------------------------- I/O
-def ledger_files(ws: io.Workspace, pool: str, model: str | None = None) -> list[Path]:
-    """The ledger's part files (every model, or one), in name order; temp files are not part of it."""
-    base = ws.ledger_dir(pool, model)
-    if not base.is_dir():
-        return []
-    pattern = "part-*.parquet" if model is not None else "*/part-*.parquet"
-    return sorted(p for p in base.glob(pattern) if not p.name.startswith("."))
-
-
-def read_ledger(
-    ws: io.Workspace, pool: str, model: str | None = None, *, columns: Sequence[str] | None = None
-) -> pl.DataFrame:
-    """The ledger (schema.ROLLOUTS, or ``columns`` of it), deduplicated by key: the first file in name order wins."""
-    cols = list(columns) if columns is not None else list(S.ROLLOUTS)
-    for k in KEY:
-        if k not in cols:
-            cols.append(k)
-    return dedupe(read_files(ledger_files(ws, pool, model), cols))
-
-
-def read_files(files: Sequence[Path], cols: list[str]) -> pl.DataFrame:
-    """``cols`` of the given ledger files, concatenated in order and typed as schema.ROLLOUTS (not deduplicated)."""
-    schema = pl.Schema({c: S.ROLLOUTS[c] for c in cols})
-    if not files:
-        return S.empty(schema)
-    return S.validate(pl.concat([pl.read_parquet(f, columns=cols) for f in files]), schema, table="rollouts")
+def _read(files: Sequence[Path], cols: list[str]) -> pl.DataFrame:
+    return ledger.scan_files(files, cols).collect()
 
 
 def _fingerprint(ws: io.Workspace, pool: str, files: Sequence[Path]) -> dict[str, str]:
@@ -178,9 +150,9 @@ def refresh_stats(
     ``prior`` None keeps the prior the table was last built with (Beta(1, 1) for a new table).
     """
     out_path, st_path = ws.table(pool, "stats"), state_path(ws, pool)
-    files = ledger_files(ws, pool)
+    files = ledger.files(ws, pool)
     current = _fingerprint(ws, pool, files)
-    stored = io.read_manifest(out_path)
+    stored = read_manifest(out_path)
     if prior is None:
         prior = tuple((stored or {}).get("config", {}).get("prior") or DEFAULT_PRIOR)
     config = {"prior": list(prior)}
@@ -192,7 +164,7 @@ def refresh_stats(
         and st_path.is_file()
         and all(current.get(k) == v for k, v in done.items())
         # a crash between writing the tables and the manifest must not count new files twice
-        and stored.get("extra", {}).get("written") == [io.file_hash(st_path), io.file_hash(out_path)]
+        and stored.get("extra", {}).get("written") == [file_hash(st_path), file_hash(out_path)]
     )
     if incremental and set(current) == set(done) and stored.get("config") == config:
         return {"mode": "up_to_date", "new_files": 0, "new_rows": 0, "rows": stored.get("rows_out", 0)}
@@ -200,8 +172,8 @@ def refresh_stats(
     base = ws.pool_dir(pool)
     if incremental:
         new_files = [f for f in files if str(f.relative_to(base)) not in done]
-        old_keys = read_files([base / k for k in sorted(done)], KEY)
-        new_rows = dedupe(read_files(new_files, LEDGER_COLUMNS)).join(old_keys, on=KEY, how="anti")
+        old_keys = _read([base / k for k in sorted(done)], ledger.KEY)
+        new_rows = ledger.dedupe(_read(new_files, LEDGER_COLUMNS)).join(old_keys, on=ledger.KEY, how="anti")
         added = sums_of(new_rows)
         sums = merge_sums([io.read_parquet(st_path, S.STATS_STATE), added])
         if stored.get("config") == config:  # same prior: only touched rows change
@@ -213,21 +185,21 @@ def refresh_stats(
         mode, n_new = "incremental", new_rows.height
     else:
         new_files = files
-        rows = read_files(files, LEDGER_COLUMNS)
+        rows = _read(files, LEDGER_COLUMNS)
         sums = sums_of(rows)
         stats = finalize(sums, prior, now)
         mode, n_new = "full", rows.height
     io.write_parquet(sums, st_path, S.STATS_STATE)
     io.write_parquet(stats, out_path, S.STATS)
-    manifest = io.Manifest(
+    manifest = Manifest(
         stage="stats",
         inputs=current,
         config=config,
         rows_in=int(sums[S.N_SAMPLES].sum() or 0),
         rows_out=stats.height,
-        extra={"mode": mode, "new_files": len(new_files), "written": [io.file_hash(st_path), io.file_hash(out_path)]},
+        extra={"mode": mode, "new_files": len(new_files), "written": [file_hash(st_path), file_hash(out_path)]},
     )
-    io.write_manifest(out_path, manifest)
+    write_manifest(out_path, manifest)
     return {"mode": mode, "new_files": len(new_files), "new_rows": n_new, "rows": stats.height}
 
 

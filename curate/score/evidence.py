@@ -32,12 +32,16 @@ class EvidenceConfig:
     """How rollouts become evidence (recipe key ``score.evidence``).
 
     model: the ledger model whose rollouts give the pass rate; None = the newest model (by first rollout) that was
-    not imported. reward_correct / reward_wrong: the ledger's reward values, mapped onto [0, 1].
+    not imported. training_rollouts: whether rollouts written by training runs (backends ``trl`` and ``sampler``:
+    the RL stages of ``training run``) count as evidence; off by default, so one run's RL rollouts never change the
+    next run's curation (a model named in ``model`` always counts). reward_correct / reward_wrong: the ledger's
+    reward values, mapped onto [0, 1].
     ema_alpha: weight of the newest reward in the EMA. recent_window: how many of the latest rollouts count as
     recent for the all-equal test.
     """
 
     model: str | None = None
+    training_rollouts: bool = False
     reward_correct: float = 1.0
     reward_wrong: float = 0.0
     ema_alpha: float = 0.3
@@ -54,6 +58,18 @@ def fraction_correct(cfg: EvidenceConfig) -> pl.Expr:
         pl.when(pl.col(S.CORRECT)).then(cfg.reward_correct).otherwise(cfg.reward_wrong)
     )
     return ((reward - cfg.reward_wrong) / (cfg.reward_correct - cfg.reward_wrong)).clip(0.0, 1.0)
+
+
+TRAINING_BACKENDS = ("trl", "sampler")  # who writes a training run's rollouts (training.rl, the online sampler)
+
+
+def usable(ledger: pl.DataFrame, cfg: EvidenceConfig) -> pl.DataFrame:
+    """The ledger rows that may count as evidence: training runs' rollouts only when ``cfg.training_rollouts`` (or
+    when they are the model named in ``cfg.model``)."""
+    if cfg.training_rollouts:
+        return ledger
+    trained = pl.col(S.BACKEND).fill_null("").is_in(TRAINING_BACKENDS)
+    return ledger.filter(~trained | (pl.col(S.MODEL) == cfg.model) if cfg.model else ~trained)
 
 
 def target_model(ledger: pl.DataFrame, wanted: str | None) -> str:
@@ -133,9 +149,9 @@ def stats_evidence(stats: pl.DataFrame, model: str | None) -> pl.DataFrame:
 
 
 def read_ledger(ws: io.Workspace, pool: str) -> pl.DataFrame | None:
-    """The columns of the pool's ledger that scoring needs, deduplicated as ``curate.stats`` reads it (completions
-    are never read), or None when the pool has no rollouts."""
-    from curate.rollout import stats
+    """The columns of the pool's ledger that scoring needs, deduplicated on its key (completions are never read),
+    or None when the pool has no rollouts."""
+    from curate.rollout import ledger as rollout_ledger
 
-    ledger = stats.read_ledger(ws, pool, columns=LEDGER_READ)
+    ledger = rollout_ledger.read(ws, pool, columns=LEDGER_READ)
     return ledger if ledger.height else None

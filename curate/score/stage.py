@@ -37,7 +37,6 @@ import polars as pl
 from curate import cluster, config, io
 from curate import schema as S
 from curate.embed import EmbedConfig, encoder_key
-from curate.io import StageResult
 from curate.progress import bar
 from curate.score.des import (  # noqa: F401  (re-exported: the curriculum builds DES at t > 0 from these)
     DesConfig,
@@ -50,7 +49,16 @@ from curate.score.des import (  # noqa: F401  (re-exported: the curriculum build
     time_weight,
     update_des_weights,
 )
-from curate.score.evidence import ALL_EQUAL, N_RECENT, EvidenceConfig, ledger_evidence, read_ledger, stats_evidence
+from curate.score.evidence import (
+    ALL_EQUAL,
+    N_RECENT,
+    EvidenceConfig,
+    ledger_evidence,
+    read_ledger,
+    stats_evidence,
+    usable,
+)
+from curate.stage_wrapper import StageOutput, StageResult, run_wrapped
 
 
 EXTRA_COLUMNS = (S.N_SAMPLES, S.N_CORRECT, S.ALPHA, S.BETA, S.PRIOR_PASS_RATE, S.LEARNING_PROGRESS)
@@ -487,10 +495,10 @@ def summarize(scores: pl.DataFrame, report: dict[str, Any], *, filters_present: 
 def score_pool(
     ws: io.Workspace, pool: str, cfg: ScoreConfig, *, seed: int = 0, force: bool = False, progress: bool = True
 ) -> StageResult:
-    """Read the pool's tables, score, write ``scores.parquet`` through ``io.run_wrapped`` (skipped when inputs,
+    """Read the pool's tables, score, write ``scores.parquet`` through ``run_wrapped`` (skipped when inputs,
     config and code are unchanged). ``cfg.seed``, when set, wins over ``seed``. Holds the pool's lock, so the
     tables it reads and writes do not change under it."""
-    from curate.rollout.stats import ledger_files
+    from curate.rollout.ledger import files as ledger_files
 
     seed = seed if cfg.seed is None else cfg.seed
     problems_path = ws.require_pool(pool)
@@ -500,10 +508,11 @@ def score_pool(
     if cfg.use_embeddings:  # the concrete encoder (``default`` is an alias): its clusters differ from another's
         conf["encoder_key"] = encoder_key(cfg.embed)
 
-    def work(_manifest) -> io.StageOutput:
+    def work(_manifest) -> StageOutput:
         problems = io.read_parquet(problems_path, S.PROBLEMS)
         train = problems.filter(pl.col(S.SPLIT) != "test").sort(S.PROBLEM_ID)
         ledger = read_ledger(ws, pool)
+        ledger = usable(ledger, cfg.evidence) if ledger is not None else None
         if ledger is not None and ledger.height:
             evidence, evidence_from = ledger_evidence(ledger, cfg.evidence), "ledger"
         elif stats_path.is_file():
@@ -520,7 +529,7 @@ def score_pool(
                 step=lambda name: advance(1, description=f"scoring: {name}"),
             )  # fmt: skip
         summary = summarize(scores, report, filters_present=filters is not None) | {"evidence": evidence_from}
-        return io.StageOutput(
+        return StageOutput(
             summary,
             tables={out: (scores, None)},
             rows_in=problems.height,
@@ -530,7 +539,7 @@ def score_pool(
         )
 
     inputs = [problems_path, stats_path, filters_path, *ledger_files(ws, pool)]
-    return io.run_wrapped(ws, "score", inputs=inputs, config=conf, outputs=[out], fn=work, force=force)
+    return run_wrapped(ws, "score", inputs=inputs, config=conf, outputs=[out], fn=work, force=force)
 
 
 def run_stage(ws: io.Workspace, recipe: config.Recipe, *, force: bool = False, progress: bool = False) -> StageResult:

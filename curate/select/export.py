@@ -8,6 +8,7 @@ r"""Writers of a selection folder: Parquet, HF ``datasets``, TRL- and verl-ready
     verl.parquet        data_source, prompt (chat list), ability="math", reward_model={ground_truth, style="rule"},
                         extra_info={index, problem_id, split}
     hf/                 ``Dataset.save_to_disk`` of the selection plus its chat ``prompt``
+                        (trl, verl and hf in standard Arrow types: string, list, int64, float64; ``standard_type``)
     README.md           the dataset card, generated from the manifest
     *.png               pool-vs-selection figures
     manifest.json
@@ -31,6 +32,7 @@ import polars as pl
 
 from curate import io, prompts
 from curate import schema as S
+from curate.manifest import Manifest, write_manifest
 
 
 PROMPT = "prompt"
@@ -62,7 +64,7 @@ def write_selection(
     selection: pl.DataFrame,
     pool: pl.DataFrame,
     drops: pl.DataFrame,
-    manifest: io.Manifest,
+    manifest: Manifest,
     *,
     instruction: str,
     plots: bool = True,
@@ -82,7 +84,7 @@ def _write_selection(
     selection: pl.DataFrame,
     pool: pl.DataFrame,
     drops: pl.DataFrame,
-    manifest: io.Manifest,
+    manifest: Manifest,
     *,
     instruction: str,
     plots: bool,
@@ -114,7 +116,7 @@ def _write_selection(
         )
         manifest.wall_s = round(_elapsed(manifest), 3)
         io.write_text(tmp / "README.md", dataset_card(manifest, table, [f.name for f in figures]))
-        io.write_manifest(tmp, manifest)  # last: a folder with its manifest is complete (``io.recover_dir``)
+        write_manifest(tmp, manifest)  # last: a folder with its manifest is complete (``io.recover_dir``)
         io.replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -124,9 +126,15 @@ def _write_selection(
 
 def standard_type(t: Any) -> Any:
     """``t`` with Arrow's large and view types replaced by the standard ones, recursively (large_string -> string,
-    large_list -> list, string_view -> string, ...): what ``datasets`` builds from a plain Python dict."""
+    large_list -> list, string_view -> string, ...), and narrow numbers widened (int8-32 and uint8-32 -> int64,
+    float16/32 -> float64): what ``datasets`` builds from plain Python values, so an ordinary ``Dataset.from_list``
+    concatenates with the export (issue 23.16: ``rank``, ``cluster``, ``prompt_chars``, ``level`` were int32)."""
     import pyarrow as pa
 
+    if pa.types.is_integer(t) and t.bit_width < 64:
+        return pa.int64()
+    if pa.types.is_floating(t) and t.bit_width < 64:
+        return pa.float64()
     if pa.types.is_large_string(t) or pa.types.is_string_view(t):
         return pa.string()
     if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
@@ -203,7 +211,7 @@ def pool_quarantine(ws: io.Workspace, pool: str | None) -> dict[str, int]:
     return {f"{stage}: {reason}": int(n) for stage, reason, n in counts.iter_rows()}
 
 
-def _elapsed(manifest: io.Manifest) -> float:
+def _elapsed(manifest: Manifest) -> float:
     import datetime as dt
 
     return (dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(manifest.started_at)).total_seconds()
@@ -223,7 +231,7 @@ def _rows(pairs: dict[str, Any], head: tuple[str, str]) -> str:
     return "\n".join(lines)
 
 
-def dataset_card(manifest: io.Manifest, table: pl.DataFrame, figures: list[str]) -> str:
+def dataset_card(manifest: Manifest, table: pl.DataFrame, figures: list[str]) -> str:
     """The selection's README.md: what it is, where it came from, every filter and drop, seed, sizes, versions,
     and how to load it. Generated from the manifest so the card and the numbers cannot disagree."""
     s, cfg = manifest.summary, manifest.config

@@ -32,7 +32,8 @@ from curate import config, io, prompts
 from curate import schema as S
 from curate.embed import EmbedConfig, encoder_key
 from curate.errors import ConfigError, InputError, MissingInput
-from curate.io import StageResult
+from curate.manifest import Manifest, read_manifest
+from curate.stage_wrapper import StageOutput, StageResult, run_wrapped
 
 
 DEFAULT_SIZE = 1500
@@ -314,7 +315,7 @@ def select_pool(
     force: bool = False,
     progress: bool = True,
 ) -> StageResult:
-    """Read the pool, select, and write ``selections/<name>/`` through ``io.run_wrapped`` (skipped when inputs,
+    """Read the pool, select, and write ``selections/<name>/`` through ``run_wrapped`` (skipped when inputs,
     config and code match its manifest). ``cfg.seed``, when set, wins over ``seed``."""
     from curate.select import export
 
@@ -327,7 +328,7 @@ def select_pool(
     if (cfg.clusters or 0) > 1:  # re-clusters over embeddings: record the concrete encoder
         conf["encoder_key"] = encoder_key(cfg.embed)
 
-    def work(manifest: io.Manifest) -> io.StageOutput:
+    def work(manifest: Manifest) -> StageOutput:
         problems = io.read_parquet(problems_path, S.PROBLEMS)
         scores = io.read_parquet(scores_path) if scores_path.is_file() else None
         filters = io.read_parquet(filters_path, S.FILTERS) if filters_path.is_file() else None
@@ -352,16 +353,16 @@ def select_pool(
             "temperature": cfg.temperature,
             "seed": seed,
             "sources": dict(selection.group_by(S.SOURCE).len().sort(S.SOURCE).iter_rows()),
-            "warnings": _warnings(scores, filters, cfg, report) + score_warnings(io.read_manifest(scores_path), cfg),
+            "warnings": _warnings(scores, filters, cfg, report) + score_warnings(read_manifest(scores_path), cfg),
         }
         if external_info is not None:
             summary["scores_file"] = external_info | {"matched": int(candidates[cfg.scores_col].is_not_null().sum())}
-        result = io.StageOutput(
+        result = StageOutput(
             summary,
             rows_in=candidates.height,
             rows_out=selection.height,
             drops=dict(report["dropped"]) | {"not_sampled": report["not_sampled"]},
-            extra={"score_manifest": io.read_manifest(scores_path)},
+            extra={"score_manifest": read_manifest(scores_path)},
         )
         # the dataset card inside the folder is written from the manifest: fill it before the folder is built
         manifest.summary, manifest.rows_in, manifest.rows_out = summary, result.rows_in, result.rows_out
@@ -374,7 +375,7 @@ def select_pool(
         return result
 
     with ws.lock("selection", name):  # one writer of the folder at a time, from the skip check to its manifest
-        return io.run_wrapped(ws, "select", inputs=paths, config=conf, outputs=[out], fn=work, force=force)
+        return run_wrapped(ws, "select", inputs=paths, config=conf, outputs=[out], fn=work, force=force)
 
 
 def _recluster(

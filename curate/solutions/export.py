@@ -25,6 +25,8 @@ import polars as pl
 
 from curate import io, prompts
 from curate import schema as S
+from curate.manifest import Manifest, file_hash, hash_inputs, write_manifest
+from curate.solutions.config import SolutionsConfig
 
 
 SFT_FILE = "sft.parquet"
@@ -50,7 +52,7 @@ def sft_frame(problems: pl.DataFrame, kept: pl.DataFrame, k: int, instruction: s
 def lineage(
     ws: io.Workspace,
     pool: str,
-    cfg: Any,
+    cfg: SolutionsConfig,
     sft: pl.DataFrame,
     kept: pl.DataFrame,
     summary: dict[str, Any],
@@ -70,7 +72,7 @@ def lineage(
     selection = None
     if cfg.selection:
         path = selection_file if selection_file is not None else ws.selection_dir(cfg.selection) / "selection.parquet"
-        selection = {"name": cfg.selection, "path": str(path), "sha256": io.file_hash(path)}
+        selection = {"name": cfg.selection, "path": str(path), "sha256": file_hash(path)}
     teacher = None
     if cfg.teacher is not None:
         teacher = {
@@ -83,7 +85,7 @@ def lineage(
     ids = "\n".join(sorted(kept[S.SOLUTION_ID].to_list()))
     return {
         "pool": pool,
-        "problems": {"path": str(problems_path), "sha256": io.file_hash(problems_path)},
+        "problems": {"path": str(problems_path), "sha256": file_hash(problems_path)},
         "selection": selection,
         "solutions_table": {  # solution ids are content hashes: this identifies the table's content
             "path": str(ws.table(pool, "solutions")),
@@ -105,7 +107,7 @@ def lineage(
 def write_export(
     ws: io.Workspace,
     pool: str,
-    cfg: Any,
+    cfg: SolutionsConfig,
     problems: pl.DataFrame,
     kept: pl.DataFrame,
     summary: dict[str, Any],
@@ -121,15 +123,15 @@ def write_export(
     io.write_json(out_dir / "lineage.json", info)
     name = out_dir.name
     io.write_text(out_dir / "README.md", dataset_card(name, summary, info, cfg))
-    manifest = io.Manifest(
+    manifest = Manifest(
         stage="solutions-export",
-        inputs=io.hash_inputs([ws.table(pool, "problems")]),
+        inputs=hash_inputs([ws.table(pool, "problems")]),
         config={"k": cfg.k, "instruction": cfg.instruction, "pool": pool, "selection": cfg.selection},
         rows_in=kept.height,
         rows_out=sft.height,
         extra={"files": [SFT_FILE, "lineage.json", "README.md"]},
     )
-    io.write_manifest(out_dir, manifest)
+    write_manifest(out_dir, manifest)
     return out_dir
 
 
@@ -139,7 +141,7 @@ def _table(pairs: dict[str, Any], head: tuple[str, str]) -> str:
     return "\n".join(lines) if pairs else "(none)"
 
 
-def dataset_card(name: str, summary: dict[str, Any], info: dict[str, Any], cfg: Any) -> str:
+def dataset_card(name: str, summary: dict[str, Any], info: dict[str, Any], cfg: SolutionsConfig) -> str:
     """The README.md of an SFT export: what is in it, where it came from, how to load it."""
     teacher = info.get("teacher")
     teacher_line = (

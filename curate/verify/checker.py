@@ -12,14 +12,9 @@ How one completion is judged:
    last ``</think>`` counts, and an unclosed ``<think>`` has no answer. Then the last non-empty ``\boxed{}`` (nested
    braces balanced); without one, the latest of ``#### n``, an ``A: n`` / ``Answer: n`` line and "the answer is ...".
    Several *different* boxed answers are a hedge and are ``wrong``, never ``correct``.
-3. Judge. Fast paths first: equal ``answers.answer_key`` is ``correct``; "no solution" and its synonyms
-   (``\emptyset``, ``None``) match only each other; plain numbers are compared exactly (``Decimal``), and two
-   different integers are ``wrong``; numeric LaTeX (fractions, roots, pi, tuples of them) is evaluated by
-   ``verify_numeric`` and decided only when clearly equal or clearly different. A value with a unit (``12 km/h``)
-   is compared by its value unless both sides name different units. Without a unit, ``x = 12`` is compared by its
-   value the way math-verify does (same letter, or against a gold without "="), and expressions in variables that
-   clearly differ at a sample point are ``wrong`` (``verify_numeric.compare_symbolic``; never ``correct``). Gold forms
-   joined by an upper-case ``OR`` are alternatives, and "a, b, and c" is the list "a, b, c". The rest goes to
+3. Judge. Fast paths first (curate.verify.fastpath): equal answer keys, "no solution" and its synonyms, exact
+   numbers, numeric LaTeX, values with units, ``x = 12`` assignments and expressions in variables that clearly differ
+   are settled without math-verify; gold forms joined by an upper-case ``OR`` are alternatives. The rest goes to
    math-verify: the gold is parsed once per problem (cached in each worker), the candidate once per distinct answer,
    and any gold alternative may match.
 
@@ -42,7 +37,6 @@ usual ``if __name__ == "__main__":`` guard (spawn re-imports the main module).
 from __future__ import annotations
 
 import atexit
-import functools
 import math
 import os
 import re
@@ -51,23 +45,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from curate import config as config_mod
-from curate.verify import numeric as verify_numeric
-from curate.verify.answers import (
-    PLAIN_NUMBER,
-    answer_key,
-    find_boxed,
-    is_no_solution,
-    join_enumeration,
-    normalize_alternatives,
-    normalize_answer,
-    same_unit,
-    split_alternatives,
-    split_unit,
-)
+from curate.verify import fastpath
+from curate.verify.answers import find_boxed, normalize_answer
 
 
 # --------------------------------------------------------------------------------------------------- config
@@ -138,17 +120,6 @@ _ASSIGN = re.compile(r"^[A-Za-z]\s*=\s*")
 _PLACEHOLDER = re.compile(r"(?:\s|\?|\\[ ,;:!]|\\q?quad|\\square|\\Box|\\phantom\{[^{}]*\}|\\text\{\s*\})*")
 
 
-_key = functools.lru_cache(maxsize=1 << 16)(answer_key)  # gold keys repeat across a problem's completions
-_no_solution = functools.lru_cache(maxsize=1 << 16)(is_no_solution)
-_unit = functools.lru_cache(maxsize=1 << 16)(split_unit)
-
-
-def _normalize(answer: Any) -> str:
-    r"""``answers.normalize_answer`` without currency signs (``\$18`` is 18) and with "a, b, and c" as "a, b, c",
-    for golds and extracted answers alike."""
-    return join_enumeration(normalize_answer(answer).replace("\\$", "").strip())
-
-
 def _strip_echo(text: str, prompt: str) -> str:
     """Remove verbatim copies of the prompt, and of its longer lines, from ``text``."""
     p = prompt.strip()
@@ -206,8 +177,8 @@ def extract_answer(completion: str, cfg: VerifyConfig = DEFAULT, prompt: str | N
         if boxed:
             distinct = set(boxed)
             if len(distinct) > cfg.max_distinct_boxed:  # compare the answers, not their spelling
-                distinct = {_key(_ASSIGN.sub("", normalize_answer(b))) for b in distinct}
-            return _normalize(boxed[-1]), ("hedged" if len(distinct) > cfg.max_distinct_boxed else "boxed")
+                distinct = {fastpath.key(_ASSIGN.sub("", normalize_answer(b))) for b in distinct}
+            return fastpath.normalize(boxed[-1]), ("hedged" if len(distinct) > cfg.max_distinct_boxed else "boxed")
     found: list[tuple[int, str, str]] = []
     for on, pattern, how in (
         (cfg.gsm8k_hash, _HASH, "hash"),
@@ -220,104 +191,13 @@ def extract_answer(completion: str, cfg: VerifyConfig = DEFAULT, prompt: str | N
                 found.append((hits[-1].start(), hits[-1].group(1), how))
     if found:
         _, raw, how = max(found)
-        answer = _normalize(_clean_inline(raw))
+        answer = fastpath.normalize(_clean_inline(raw))
         if answer:
             return answer, how
     return None, "no_answer"
 
 
 # --------------------------------------------------------------------------------------------------- judging
-def _number(s: str) -> Decimal | None:
-    if not PLAIN_NUMBER.match(s):
-        return None
-    try:
-        return Decimal(s)
-    except InvalidOperation:
-        return None
-
-
-def _fast(golds: tuple[str, ...], cand: str) -> str | None:
-    """``correct``/``wrong`` when strings, plain numbers or numeric LaTeX settle it, else ``None`` (math-verify)."""
-    ck = _key(cand)
-    if any(_key(g) == ck for g in golds):
-        return "correct"
-    no_solution = [_no_solution(g) for g in golds]
-    if any(no_solution) or _no_solution(cand):  # "no real solution" = "\emptyset" = "None"; never a value
-        if _no_solution(cand):
-            return "correct" if any(no_solution) else "wrong"
-        if all(no_solution):
-            return "wrong"
-    cn = _number(cand)
-    if cn is not None:
-        gns = [_number(g) for g in golds]
-        if any(gn is not None and gn == cn for gn in gns):
-            return "correct"
-        if cn == cn.to_integral_value() and all(gn is not None and gn == gn.to_integral_value() for gn in gns):
-            return "wrong"  # different integers: math-verify cannot make them equal
-    return verify_numeric.compare(golds, cand)
-
-
-_ASSIGNMENT = re.compile(r"^([A-Za-z])\s*=\s*([^=<>]+)$")  # "x = 12": one letter, one "=", no other relation
-_RELATION = re.compile(r"[=<>]|\\(?:le|ge|leq|geq|neq|ne|approx|equiv|sim|in|subset)(?![A-Za-z])")
-
-
-def _assignment(answer: str) -> tuple[str, str] | None:
-    """``(letter, value)`` of ``x = <number>`` (value numeric LaTeX, one scalar), else ``None``."""
-    m = _ASSIGNMENT.match(answer)
-    if not m or m.group(1) not in verify_numeric.VARIABLES:  # e = 5 is "E = 5" to math-verify, never an assignment
-        return None
-    try:
-        kind, _ = verify_numeric.evaluate(m.group(2))
-    except ValueError:
-        return None
-    return (m.group(1).lower(), m.group(2).strip()) if kind == "scalar" else None
-
-
-def _fast_forms(golds: tuple[str, ...], cand: str) -> str | None:
-    """The fast paths past ``_fast`` for answers with no unit: assignments and expressions in variables.
-
-    Assignments follow math-verify's rules: ``x = 12`` against ``x = 22`` compares the values (the same letter on
-    both sides, upper case = lower case); an assignment against a gold without "=" compares its value (``x = 12``
-    is 12), and so does a gold assignment against a candidate without a relation. Otherwise ``compare_symbolic``
-    says ``wrong`` for expressions in variables that clearly differ.
-    """
-    ca = _assignment(cand)
-    gas = [_assignment(g) for g in golds]
-    if ca is not None:
-        if all(ga is not None and ga[0] == ca[0] for ga in gas):
-            return _fast(tuple(ga[1] for ga in gas), ca[1])  # type: ignore[index]
-        if not any("=" in g for g in golds):
-            return _fast(golds, ca[1])
-        return None
-    if all(ga is not None for ga in gas):
-        return None if _RELATION.search(cand) else _fast(tuple(ga[1] for ga in gas), cand)  # type: ignore[index]
-    if any("=" in g for g in golds) or "=" in cand:
-        return None
-    return verify_numeric.compare_symbolic(golds, cand)
-
-
-def _golds(gold: Any) -> tuple[str, ...]:
-    """Normalized gold alternatives; ``a \\text{ OR } b`` (equivalent forms, DeepScaleR) counts as two."""
-    if hasattr(gold, "tolist") or hasattr(gold, "to_list"):  # a numpy array / polars series from a list column
-        gold = gold.tolist() if hasattr(gold, "tolist") else gold.to_list()
-    items = normalize_alternatives(list(gold)) if isinstance(gold, list | tuple) else [gold]
-    forms = (_normalize(f) for g in items for f in split_alternatives(_normalize(g)))
-    return tuple(dict.fromkeys(n for n in forms if n))
-
-
-def _without_units(golds: tuple[str, ...], cand: str) -> tuple[tuple[str, ...], str] | None:
-    """Golds and candidate with a trailing unit removed (``12 km/h`` -> ``12``), when a unit is involved and the
-    two sides do not name different units; else None. Only values are compared then (``12`` = ``12 km/h``)."""
-    cu = _unit(cand)
-    gus = [_unit(g) for g in golds]
-    if cu is None and not any(gus):
-        return None
-    values = tuple(
-        gu[0] if gu else g for g, gu in zip(golds, gus, strict=True) if not (gu and cu and not same_unit(gu[1], cu[1]))
-    )
-    return (values, cu[0] if cu else cand) if values else None
-
-
 _MV: Any = None
 
 
@@ -501,14 +381,14 @@ def _screen(
         return Verdict("unparseable", False, None, "answer_too_long"), None
     if not golds:
         return Verdict("unparseable", False, answer, GOLD_UNPARSEABLE), None
-    fast = _fast(golds, answer)
-    if fast is None and (unitless := _without_units(golds, answer)) is not None:
+    fast = fastpath.decide(golds, answer)
+    if fast is None and (unitless := fastpath.without_units(golds, answer)) is not None:
         golds, cand = unitless  # the values alone, also for math-verify (which does not read "km/h")
-        fast = _fast(golds, cand)
+        fast = fastpath.decide(golds, cand)
         if fast is None:
             return None, (golds, cand, False)
     elif fast is None:
-        fast = _fast_forms(golds, answer)
+        fast = fastpath.decide_forms(golds, answer)
     if fast is not None:
         return Verdict(fast, fast == "correct", answer, how), None
     return None, (golds, answer, False)
@@ -533,7 +413,7 @@ def check(
     In the main thread math-verify runs in this process with its own timeouts; in any other thread (Prefect task
     runners, TRL's async rewards) the check goes through the worker pool, where the timeouts work.
     """
-    verdict, task = _screen(completion, _golds(gold), cfg, finish_reason, prompt)
+    verdict, task = _screen(completion, fastpath.gold_forms(gold), cfg, finish_reason, prompt)
     if verdict is not None:
         return verdict
     if threading.current_thread() is threading.main_thread():
@@ -570,7 +450,7 @@ def check_batch(
         key = g if isinstance(g, str) else None
         gs = gold_memo.get(key) if key is not None else None
         if gs is None:
-            gs = _golds(g)
+            gs = fastpath.gold_forms(g)
             if key is not None:
                 gold_memo[key] = gs
         fr = finish_reasons[i] if finish_reasons is not None else None
@@ -604,11 +484,11 @@ def equivalent_batch(pairs: Sequence[tuple[str, str]], cfg: VerifyConfig = DEFAU
     out: list[bool | None] = [None] * len(pairs)
     unique: dict[tuple, list[int]] = {}
     for i, (a, b) in enumerate(pairs):
-        ga, gb = _golds(a), _golds(b)
+        ga, gb = fastpath.gold_forms(a), fastpath.gold_forms(b)
         if not ga or not gb:
             out[i] = ga == gb
             continue
-        fast = _fast(ga, gb[0])
+        fast = fastpath.decide(ga, gb[0])
         if fast is not None:
             out[i] = fast == "correct"
         else:
