@@ -106,8 +106,10 @@ def ours_run(verify, golds: list[str], completions: list[str], cfg) -> tuple[lis
     Two calls on disjoint halves: the first pays the pool's start-up, the second is the steady state of a pipeline or
     a training run (a second call on the *same* pairs would hit the workers' caches instead).
     """
+    from curate.verify import fastpath
+
     verify.shutdown()
-    for cached in (verify._key, verify._no_solution, verify._unit):  # the parent's memos: every run starts cold
+    for cached in (fastpath.key, fastpath._no_solution, fastpath._unit):  # the parent's memos: every run starts cold
         cached.cache_clear()
     n = len(golds)
     ours: list = [None] * n

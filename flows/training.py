@@ -45,6 +45,8 @@ from prefect.runtime import flow_run
 from flows import artifacts
 from flows.curation import curate_dataset, exit_on_sigterm
 from training import runner
+from training.chain import open_run
+from training.recipe import load_recipe
 
 
 FLOW_NAME = "train-chain"
@@ -125,8 +127,8 @@ def train_chain(
     if part not in PARTS:
         raise ValueError(f"part must be one of {PARTS}, got {part!r}")
     logger = get_run_logger()
-    recipe = runner.load_recipe(recipe_path, overrides)
-    run = runner.open_run(recipe, home, out, echo=_log)
+    recipe = load_recipe(recipe_path, overrides)
+    run = open_run(recipe, home, out, echo=_log)
     logger.info("recipe %s (pool %s, part %s) into %s", recipe.name, recipe.pool, part, run.run_dir)
     if recipe.curate_recipe and part != "training":
         if runner.curation_pinned(run):

@@ -2,7 +2,7 @@
 
 Verbs: ``run`` (the whole chain from a recipe), ``show``, ``init-tiny``, ``sft``, ``rl``, ``redistill``, ``merge``,
 ``eval``, ``fit`` and ``reward`` (score a file with the exact TRL reward the trainer calls). Errors go through
-``curate.cli.common.run_app``: a ``CurateError`` (bad config, missing input) prints one line and exits 2, anything
+``curate.console.run_app``: a ``CurateError`` (bad config, missing input) prints one line and exits 2, anything
 else keeps its traceback.
 """
 
@@ -34,18 +34,14 @@ def reward(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Score completions with the training reward (the same checker curation's pass rates use)."""
-    import polars as pl
-
+    from curate.errors import InputError
+    from curate.io import read_rows
     from training.rewards import accuracy_reward
 
-    if not file.is_file():
-        typer.echo(f"error: {file} not found", err=True)
-        raise typer.Exit(2)
-    df = pl.read_parquet(file) if file.suffix == ".parquet" else pl.read_ndjson(file)
+    df = read_rows(file, "completions to score")
     missing = [c for c in (completion_col, answer_col) if c not in df.columns]
     if missing:
-        typer.echo(f"error: column(s) {missing} not in {file}; have {df.columns}", err=True)
-        raise typer.Exit(2)
+        raise InputError(f"column(s) {missing} not in {file}; have {df.columns}")
     rewards = accuracy_reward(df[completion_col].to_list(), df[answer_col].to_list())
     scored = [r for r in rewards if r is not None]
     summary = {
@@ -67,40 +63,41 @@ def eval_(
     pool: Annotated[str, typer.Option(help="Pool whose held-out problems are used.")],
     home: Annotated[Path | None, typer.Option(help="Workspace root (default $CURATE_HOME or ./workspace).")] = None,
     split: Annotated[str, typer.Option(help="Split of the pool's problems to evaluate on.")] = "test",
-    k: Annotated[int, typer.Option(help="Samples per problem (pass@1 = mean@k).")] = 4,
+    k: Annotated[int | None, typer.Option(help="Samples per problem (pass@1 = mean@k). [default: 4]")] = None,
     limit: Annotated[int | None, typer.Option(help="At most this many problems (the first by problem_id).")] = None,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.6,
-    top_p: Annotated[float, typer.Option(help="Nucleus sampling.")] = 1.0,
-    max_new_tokens: Annotated[int, typer.Option(help="Generation budget per sample.")] = 4096,
-    batch_size: Annotated[int, typer.Option(help="Sequences per generate call.")] = 32,
-    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1 ...")] = "auto",
-    threads: Annotated[int, typer.Option(help="torch CPU threads (0: torch's default; 1 is often faster).")] = 0,
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature. [default: 0.6]")] = None,
+    top_p: Annotated[float | None, typer.Option(help="Nucleus sampling. [default: 1.0]")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(help="Generation budget per sample. [default: 4096]")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Sequences per generate call. [default: 32]")] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampling seed. [default: 0]")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda, cuda:1 ... [default: auto]")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (0: torch's default). [default: 0]")] = None,
     out: Annotated[Path | None, typer.Option(help="Write the per-problem table to this Parquet file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Held-out pass@1 (mean@k) +- standard error of a model on a pool's test problems."""
+    """Held-out pass@1 (mean@k) +- standard error of a model on a pool's test problems.
+
+    Defaults are ``training.evaluate.EvalConfig``'s, the same as a recipe's ``eval`` section. The sampled
+    completions depend on the seed, k, temperature, top_p, max_new_tokens AND batch_size (each generate call is
+    seeded once): to reproduce a ``training run`` figure, pass the run's ``eval`` settings (``recipe.json``).
+    """
     from curate import io
+    from curate.errors import InputError
     from training.evaluate import EvalConfig, evaluate, heldout_problems
+    from training.run_folder import check_files
 
     if not (model_dir / "config.json").is_file():
-        typer.echo(f"error: {model_dir} is not a model folder (no config.json)", err=True)
-        raise typer.Exit(2)
+        raise InputError(f"{model_dir} is not a model folder (no config.json)")
+    problem = check_files(model_dir)
+    if problem is not None:
+        raise InputError(f"{model_dir} is damaged: {problem}")
     try:
         problems = heldout_problems(home, pool, split=split, limit=limit)
     except (FileNotFoundError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    cfg = EvalConfig(
-        k=k,
-        temperature=temperature,
-        top_p=top_p,
-        max_new_tokens=max_new_tokens,
-        batch_size=batch_size,
-        seed=seed,
-        device=device,
-        threads=threads,
-    )
+        raise InputError(str(exc)) from exc
+    given = {"k": k, "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens,
+             "batch_size": batch_size, "seed": seed, "device": device, "threads": threads}  # fmt: skip
+    cfg = EvalConfig(**{key: value for key, value in given.items() if value is not None})
     result = evaluate(model_dir, problems, cfg)
     table = result.pop("per_problem")
     if out is not None:
@@ -312,9 +309,11 @@ def run_(
     Example: training run --recipe training/recipes/tiny/fastcurl.yaml
     """
     from curate.config import parse_overrides
-    from training.runner import load_recipe, run_chain
+    from training.recipe import load_recipe
+    from training.runner import run_chain
 
-    summary = run_chain(load_recipe(recipe, parse_overrides(set_)), home=home, out=out)
+    echo = (lambda line: print(line, file=sys.stderr, flush=True)) if as_json else print  # stdout: the JSON only
+    summary = run_chain(load_recipe(recipe, parse_overrides(set_)), home=home, out=out, echo=echo)
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
     else:
@@ -369,7 +368,7 @@ def _root() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point; returns the exit code."""
-    from curate.cli.common import run_app
+    from curate.console import run_app
 
     return run_app(app, argv)
 

@@ -8,59 +8,30 @@ else per stage (``stages.<name>``). Precedence, lowest first:
 
     RLConfig defaults < recipe ``rl`` < plan fields (scaled) < recipe ``stages.<stage name>``
 
-Every stage's mapping is validated as an ``RLConfig`` here, so a typo in any stage fails before the first one
-trains.
+The recipe's own sections are checked when it loads (``training.recipe``); the plan's stage names and values are
+checked here, as soon as the curriculum exists, before the first stage trains.
 
 >>> plan = {"stages": [{"stage": "stage1", "shard": "stage1.parquet", "rows": 10, "n": 8, "prompt_batch": 128,
 ...     "steps": 160, "max_response_length": 8192, "use_kl_loss": True, "kl_loss_coef": 0.001}]}
->>> s = rl_stages(plan, Path("c"), {"loss_type": "cispo"}, scale=PlanScale(context=1 / 128, max_prompts_per_step=4))
+>>> scale = PlanScale(context=1 / 128, max_prompts_per_step=4)
+>>> s = rl_stages(plan, Path("c"), RLConfig(loss_type="cispo"), scale=scale)
 >>> s[0].rl["max_completion_length"], s[0].rl["prompts_per_step"], s[0].rl["beta"]
 (64, 4, 0.001)
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from curate.errors import ConfigError
-
-
-# plan.json key -> RLConfig key (``kl`` is special: beta = kl_loss_coef when use_kl_loss, else 0).
-PLAN_TO_RL = {
-    "n": "num_generations",
-    "prompt_batch": "prompts_per_step",
-    "steps": "max_steps",
-    "max_response_length": "max_completion_length",
-    "max_prompt_length": "max_prompt_length",
-    "entropy_coef": "entropy_coef",
-    "lr": "learning_rate",
-    "temperature": "temperature",
-}
-PLAN_FIELDS = (*PLAN_TO_RL, "kl")
-
-
-@dataclass(frozen=True)
-class PlanScale:
-    """Shrink a paper's plan to the model at hand (recipe key ``scale``).
-
-    context / prompt_length / steps: factors on the plan's max_response_length, max_prompt_length and steps
-    (rounded, at least ``min_context`` tokens and 1 step). max_prompts_per_step / max_num_generations: caps.
-    """
-
-    context: float = 1.0
-    prompt_length: float = 1.0
-    steps: float = 1.0
-    min_context: int = 16
-    max_prompts_per_step: int | None = None
-    max_num_generations: int | None = None
-
-    def __post_init__(self) -> None:
-        if min(self.context, self.prompt_length, self.steps) <= 0:
-            raise ConfigError("scale.context, scale.prompt_length and scale.steps must be > 0")
+from curate import io
+from curate.errors import ConfigError, InputError
+from training.recipe import PLAN_FIELDS, PLAN_TO_RL, PlanScale, RunRecipe, resolve_path, stage_rl
+from training.rl import RLConfig
 
 
 @dataclass(frozen=True)
@@ -107,7 +78,7 @@ def _plan_values(entry: Mapping[str, Any], fields: Sequence[str], scale: PlanSca
 def rl_stages(
     plan: Mapping[str, Any],
     plan_dir: Path,
-    base: Mapping[str, Any] | None = None,
+    base: RLConfig | None = None,
     *,
     fields: Sequence[str] = PLAN_FIELDS,
     scale: PlanScale = PlanScale(),
@@ -119,8 +90,6 @@ def rl_stages(
     only: train just these stage names (in plan order). Raises ``ConfigError`` for an unknown stage name in
     ``per_stage``/``only``, a stage without a shard, or any invalid RL setting.
     """
-    from training.rl import load_rl_config
-
     entries = list(plan.get("stages") or [])
     if not entries:
         raise ConfigError(f"{plan_dir}/plan.json has no stages")
@@ -135,14 +104,34 @@ def rl_stages(
             continue
         if not entry.get("shard"):
             raise ConfigError(f"plan stage {name!r} has no shard")
-        mapping = {**dict(base or {}), **_plan_values(entry, fields, scale), **dict(per_stage.get(name) or {})}
-        cfg = load_rl_config(mapping)  # strict: unknown keys and bad values fail here, before any training
+        cfg = stage_rl(
+            base or RLConfig(), _plan_values(entry, fields, scale), per_stage.get(name), where=f"stages.{name}"
+        )
         out.append(StagePlan(i, name, Path(plan_dir) / entry["shard"], int(entry.get("rows") or 0), cfg.to_dict()))
     return out
 
 
-def single_stage(train: Path, base: Mapping[str, Any] | None = None, name: str = "rl") -> list[StagePlan]:
+def single_stage(train: Path, base: RLConfig | None = None, name: str = "rl") -> list[StagePlan]:
     """One RL stage over one prompt file (a selection's ``trl.parquet`` or a shard), no plan."""
-    from training.rl import load_rl_config
+    return [StagePlan(0, name, Path(train), 0, (base or RLConfig()).to_dict())]
 
-    return [StagePlan(0, name, Path(train), 0, load_rl_config(dict(base or {})).to_dict())]
+
+def plan_stages(recipe: RunRecipe, ws: io.Workspace, pinned: Path | None = None) -> list[StagePlan]:
+    """The RL stages of ``recipe`` in workspace ``ws``: its curriculum's ``plan.json`` through ``rl_stages``, or one
+    stage over ``train``; from ``pinned`` (a run's own copy of its curriculum folder or train file) when given.
+    Raises ``InputError`` when the curriculum has no plan yet."""
+    if recipe.train:
+        return single_stage(pinned or resolve_path(ws, recipe.train), recipe.rl)
+    plan_path = (pinned or ws.curriculum_dir(recipe.curriculum)) / "plan.json"
+    if not plan_path.is_file():
+        raise InputError(f"curriculum {recipe.curriculum!r} has no plan.json at {plan_path}: run `curate curriculum`")
+    plan = json.loads(plan_path.read_text())
+    return rl_stages(
+        plan, plan_path.parent, recipe.rl, fields=recipe.plan_fields, scale=recipe.scale, per_stage=recipe.stages,
+        only=recipe.only_stages,
+    )  # fmt: skip
+
+
+def rl_step_name(stage: StagePlan, iteration: int = 0) -> str:
+    """``rl:<stage>`` in the first pass, ``itN:rl:<stage>`` in CoScale iteration N (the chain's step name)."""
+    return f"{f'it{iteration}:' if iteration else ''}rl:{stage.name}"

@@ -26,7 +26,6 @@ trainer wrote it). Selection rules, and why:
 from __future__ import annotations
 
 import dataclasses
-import glob
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ from curate import schema as S
 from curate.config import from_mapping
 from curate.errors import ConfigError, InputError
 from curate.prompts import INSTRUCTION, sft_row
-from training.sft import SFTRunConfig, float_strings, train_sft
+from training.sft import SFTRunConfig, train_sft
 
 
 DATA = "redistill.parquet"
@@ -73,47 +72,32 @@ def load_config(data: dict[str, Any] | None, overrides: dict[str, Any] | None = 
     from curate.config import apply_overrides
 
     merged = apply_overrides(dict(data or {}), overrides)
-    return from_mapping(RedistillConfig, float_strings(RedistillConfig, merged), "redistill")
+    return from_mapping(RedistillConfig, merged, "redistill")
 
 
-def ledger_files(ledger: str | Path) -> list[Path]:
-    """Parquet parts of a ledger: a folder's ``*.parquet`` (else its subfolders'), or a glob; temp files skipped."""
-    path = Path(ledger)
-    if path.is_dir():
-        files = sorted(path.glob("*.parquet")) or sorted(path.glob("*/*.parquet"))
-    elif path.is_file():
-        files = [path]
-    else:
-        files = sorted(Path(p) for p in glob.glob(str(ledger)) if p.endswith(".parquet"))
-        files += sorted(f for p in glob.glob(str(ledger)) if Path(p).is_dir() for f in Path(p).glob("*.parquet"))
-    return [f for f in files if not f.name.startswith(".")]
+def read_ledger(location: str | Path) -> pl.DataFrame:
+    """The rows of the ledger parts at ``location`` (a part, a model's folder, a ``rollouts/`` folder or a glob:
+    ``curate.rollout.ledger.files_at``), in order of appearance (``_order``), with the columns re-distillation
+    uses; a column a part lacks is null."""
+    from curate.rollout import ledger as rollout_ledger
 
-
-def read_ledger(ledger: str | Path) -> pl.DataFrame:
-    """The ledger's rows, in order of appearance (``_order``), with the columns re-distillation uses."""
-    files = ledger_files(ledger)
+    files = rollout_ledger.files_at(location)
     if not files:
-        raise InputError(f"no ledger parquet files at {ledger}")
+        raise InputError(f"no ledger parquet files at {location}")
     wanted = (S.PROBLEM_ID, S.COMPLETION, S.CORRECT, S.VERDICT, S.REWARD, S.STEP, S.MODEL)
-    frames = []
-    for f in files:
-        names = pl.read_parquet_schema(f)
-        frames.append(pl.read_parquet(f, columns=[c for c in wanted if c in names]))
-    df = pl.concat(frames, how="diagonal_relaxed")
-    for col in (S.PROBLEM_ID, S.COMPLETION):
-        if col not in df.columns:
-            raise InputError(f"ledger at {ledger} has no {col!r} column; has {df.columns}")
+    df = rollout_ledger.scan_files(files, wanted).collect()
+    if df[S.COMPLETION].null_count() == df.height:
+        raise InputError(f"ledger at {location} holds no completions (rows written without the text)")
     return df.with_row_index(ORDER)
 
 
 def _correct_expr(columns: list[str]) -> pl.Expr:
-    if S.CORRECT in columns:
-        return pl.col(S.CORRECT).fill_null(False)
-    if S.VERDICT in columns:
-        return (pl.col(S.VERDICT) == "correct").fill_null(False)
-    if S.REWARD in columns:
-        return (pl.col(S.REWARD) > 0).fill_null(False)
-    raise InputError("ledger has none of the columns `correct`, `verdict`, `reward`: cannot tell correct rows")
+    """A row is correct by its ``correct`` flag, else its verdict, else a positive reward (the first it has)."""
+    rules = {S.CORRECT: pl.col(S.CORRECT), S.VERDICT: pl.col(S.VERDICT) == "correct", S.REWARD: pl.col(S.REWARD) > 0}
+    have = [rule for col, rule in rules.items() if col in columns]
+    if not have:
+        raise InputError("ledger has none of the columns `correct`, `verdict`, `reward`: cannot tell correct rows")
+    return pl.coalesce(have).fill_null(False)
 
 
 def select_solutions(ledger: pl.DataFrame, *, last_steps: int = 10, per_problem: int = 1) -> pl.DataFrame:

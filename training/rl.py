@@ -1,23 +1,15 @@
-r"""RL on one stage: GRPO, DAPO or CISPO with TRL's ``GRPOTrainer``, prompts chosen online by the curriculum.
+"""RL on one stage: GRPO, DAPO or CISPO with TRL's ``GRPOTrainer``, prompts chosen online by the curriculum.
 
 Pipeline position: a curriculum shard (``curate curriculum``) or a selection's ``trl.parquet`` -> **training rl**
 -> a run folder whose ``final/`` model starts the next stage (FastCuRL's context-scaling stages are successive
 ``train_rl`` calls with their own ``RLConfig``: ``max_completion_length`` is the stage's context length).
 
-What this adds to ``GRPOTrainer`` (``CurateGRPOTrainer``; every override checked against trl 1.16):
-
-- ``_get_train_sampler``: ``training.sampler_bridge.CurriculumRepeatSampler`` (RepeatSampler's group layout over
-  ``curate.curriculum.sampler.CurriculumSampler``).
-- ``_calculate_rewards``: after TRL's gathered rewards, gathers the problem ids, feeds each group to the curriculum
-  (identically on every rank) and appends every rollout (problem_id, step, completion, reward, verdict, sample
-  index) to the pool's rollout ledger under the run's model name (one atomic part per generation, named by run and
-  step, so a resumed step rewrites its part instead of duplicating it).
-- ``_generate_and_score_completions``: ScaleRL hygiene switches applied to TRL's output (``group_hygiene``):
-  ``zero_variance_filter`` (drop all-equal groups, no refill, out of the loss normaliser), ``batch_adv_norm``
-  (group-centred advantages over the std of the kept groups' advantages, batch level), ``prompt_level_loss``
-  (every prompt weighs equally: its tokens are averaged over the group's own token count).
-- ``_save_checkpoint``: writes ``sampler_state.json`` (and ``metrics.parquet``) into the checkpoint folder BEFORE
-  the trainer state, so a checkpoint is complete only with both; ``log``: records per-step metrics.
+This module is the stage's config and main (open-r1's shape): ``RLConfig`` (validated here: TRL accepts typos
+until the first loss step), ``grpo_args`` (the ``GRPOConfig`` it maps to), ``build_trainer`` and ``train_rl``. The
+trainer itself, ``training.grpo_trainer.CurateGRPOTrainer``, adds the curriculum sampler, reward feedback, ScaleRL's
+batch hygiene and the sampler state in checkpoints; every rollout (problem_id, step, completion, reward, verdict)
+goes to the pool's rollout ledger under the run's model name through ``LedgerWriter`` (one atomic part per
+generation, named by run and step, so a resumed step rewrites its part instead of duplicating it).
 
 Loss types are restricted to grpo | dapo | cispo and validated here (TRL accepts typos until the first loss step).
 CISPO always gets an explicit absolute cap ``epsilon_high`` (5.0 unless set): TRL would otherwise fall back to
@@ -33,7 +25,7 @@ Run folder::
     summary.json       written last: a run with one is done; re-running the same command returns it
 
 Re-running the same command resumes from the last complete checkpoint (nothing trained twice); a different
-config for the same folder is refused.
+config for the same folder is refused (``training.run_folder``).
 
     cfg = load_rl_config(None, ["loss_type=cispo", "max_steps=50"])
     train_rl(cfg, model="runs/sft/final", train=Path("curricula/fc/stage1.parquet"), out_dir=Path("runs/rl1"))
@@ -41,14 +33,9 @@ config for the same folder is refused.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import datetime as dt
-import functools
 import hashlib
 import json
-import math
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,17 +46,19 @@ import polars as pl
 
 from curate import io
 from curate import schema as S
-from curate.config import ConfigError, apply_overrides, from_mapping, parse_overrides, read_yaml
+from curate.config import apply_overrides, from_mapping, parse_overrides, read_yaml
 from curate.curriculum.sampler import POLICIES, SamplerConfig
+from curate.errors import ConfigError, InputError
+from curate.manifest import file_hash
+from training import run_folder
 
 
 LOSS_TYPES = ("grpo", "dapo", "cispo")
 CISPO_DEFAULT_CAP = 5.0  # ScaleRL's eps_max (4-8 equivalent, METHODS §4.3); TRL's recommended value
 SCALE_REWARDS = ("group", "batch", "none")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-SAMPLER_STATE = "sampler_state.json"
-CHECKPOINTS = "checkpoints"
 BACKEND = "trl"
+CONFIG, SUMMARY = "config.json", "summary.json"  # the run folder's identity and result files
 
 
 # --------------------------------------------------------------------------------------------------- config
@@ -195,7 +184,7 @@ def load_rl_config(
         loaded = read_yaml(source, "config")  # a file that is not a mapping fails there
     data = dict(loaded["rl"] if isinstance(loaded.get("rl"), Mapping) else loaded)
     extra = dict(overrides) if isinstance(overrides, Mapping) else parse_overrides(list(overrides or ()))
-    data = _floats(apply_overrides(data, extra))
+    data = apply_overrides(data, extra)
     for key in ("policy", "seed"):
         sub = data.get("sampler") or {}
         if isinstance(sub, Mapping) and key in sub and sub[key] != data.get(key, getattr(RLConfig, key)):
@@ -203,126 +192,27 @@ def load_rl_config(
     return from_mapping(RLConfig, data, "rl")
 
 
-def _floats(data: dict[str, Any]) -> dict[str, Any]:
-    """PyYAML reads ``1e-6`` (no dot) as a string; accept it for float settings."""
-    hints = {f.name: str(f.type) for f in dataclasses.fields(RLConfig)}
-    out = dict(data)
-    for key, value in data.items():
-        if isinstance(value, str) and hints.get(key, "").startswith("float"):
-            with contextlib.suppress(ValueError):  # from_mapping then names the key and the bad value
-                out[key] = float(value)
-    return out
-
-
-# --------------------------------------------------------------------------------------------------- hygiene
-@dataclass(frozen=True)
-class Hygiene:
-    """Per-row result of ``group_hygiene`` over a gathered generation batch (R rows, G per group).
-
-    keep: rows whose tokens stay in the loss and its normaliser. weight: multiplier on each row's advantage (the
-    policy term is linear in it for grpo, dapo and cispo). advantages: replacement advantages (``batch_adv_norm``)
-    or None (keep TRL's). signal_groups: groups whose rewards are not all equal.
-    """
-
-    keep: Any
-    weight: Any
-    advantages: Any
-    groups: int
-    signal_groups: int
-
-
-def group_hygiene(
-    rewards,
-    tokens,
-    num_generations: int,
-    *,
-    loss_type: str,
-    zero_variance_filter: bool = False,
-    batch_adv_norm: bool = False,
-    prompt_level_loss: bool = False,
-    eps: float = 1e-4,
-) -> Hygiene:
-    """ScaleRL's batch hygiene (METHODS §4.3) as masks and weights on TRL's per-row quantities.
-
-    rewards: (R,) gathered rewards (NaN = unscorable); tokens: (R,) loss tokens per completion.
-    How TRL normalises (trl 1.16 ``_compute_loss``, with steps_per_generation = gradient accumulation): dapo/cispo
-    weigh every token 1/N (N = loss tokens of the generation batch, ``num_items_in_batch``); grpo weighs a token of
-    row i 1/(T_i R). The targets:
-
-    - zero_variance_filter: rows of all-equal (or unscorable) groups leave the loss; dapo/cispo: N counts the kept
-      tokens only (the caller recomputes ``num_items_in_batch``); grpo: weight R / R_kept.
-    - prompt_level_loss: every token of prompt p weighs 1/(P_kept T_p) (T_p = the group's kept tokens, P_kept =
-      prompts with kept tokens): weight N / (P_kept T_p) for dapo/cispo, T_i R / (P_kept T_p) for grpo.
-    - batch_adv_norm: A_i = r_i - mean(group), divided by (std of A over the groups with signal + eps).
-    """
-    import torch
-
-    r = rewards.detach().float().reshape(-1)
-    n_rows, g = r.numel(), num_generations
-    if n_rows % g:
-        raise ValueError(f"{n_rows} rewards are not whole groups of {g}")
-    n_groups = n_rows // g
-    grouped = r.view(n_groups, g)
-    valid = ~torch.isnan(grouped)
-    hi = torch.where(valid, grouped, torch.full_like(grouped, -math.inf)).amax(dim=1)
-    lo = torch.where(valid, grouped, torch.full_like(grouped, math.inf)).amin(dim=1)
-    signal = (valid.sum(dim=1) >= 2) & (hi > lo)
-    if zero_variance_filter:
-        keep = signal.repeat_interleave(g) & valid.reshape(-1)
-    else:
-        keep = torch.ones(n_rows, dtype=torch.bool, device=r.device)
-
-    advantages = None
-    if batch_adv_norm:
-        centred = torch.nan_to_num(grouped - torch.nanmean(grouped, dim=1, keepdim=True), nan=0.0).reshape(-1)
-        rows = signal.repeat_interleave(g) & valid.reshape(-1)
-        std = centred[rows].std() if int(rows.sum()) > 1 else torch.tensor(0.0, device=r.device)
-        advantages = centred / (std + eps)
-
-    t = tokens.detach().float().reshape(-1).to(r.device) * keep
-    t_prompt = t.view(n_groups, g).sum(dim=1).repeat_interleave(g)
-    live = keep & (t_prompt > 0)
-    p_kept = int(((t.view(n_groups, g).sum(dim=1)) > 0).sum())
-    weight = torch.ones(n_rows, device=r.device)
-    if prompt_level_loss and p_kept:
-        safe = torch.where(live, t_prompt, torch.ones_like(t_prompt))
-        if loss_type == "grpo":
-            weight = torch.where(live, t * n_rows / (p_kept * safe), torch.zeros_like(t))
-        else:
-            weight = torch.where(live, t.sum() / (p_kept * safe), torch.zeros_like(t))
-    elif zero_variance_filter and loss_type == "grpo" and int(keep.sum()):
-        weight = torch.full_like(t, n_rows / int(keep.sum()))
-    weight = weight * keep
-    return Hygiene(keep, weight, advantages, n_groups, int(signal.sum()))
-
-
 # --------------------------------------------------------------------------------------------------- ledger
 @dataclass(frozen=True)
-class RolloutLedger:
-    """Writes training rollouts into ``pools/<pool>/rollouts/<model>/`` (schema.ROLLOUTS), one atomic part per
-    generation batch, named ``part-<run_id>-step<step>``: a resumed step rewrites its own part.
-
-    sample_idx = base + (step - 1) x batch_rows + row: unique within the run, deterministic across resumes, and
-    above every index the model's ledger held when the run started (``base``), so keys never clash.
-    """
+class LedgerWriter:
+    """Writes a stage's rollouts into the pool's ledger under ``model`` through ``curate.rollout.ledger`` (the one
+    reader and writer of the ledger): one part per generation batch, ``part-<run_id>-step<step>``, so a resumed step
+    replaces its own part (same rows, same sample indices) instead of adding a second copy. Sample indices follow
+    the ledger's one numbering rule (the lowest free ones per problem, chosen under the ledger's lock)."""
 
     ws: io.Workspace
     pool: str
     model: str
     run_id: str
-    base: int
-    batch_rows: int
     temperature: float
     top_p: float
     max_tokens: int
     seed: int
 
-    def path(self, step: int) -> Path:
-        return self.ws.ledger_dir(self.pool, self.model) / f"part-{self.run_id}-step{step:07d}.parquet"
-
-    def frame(
+    def write(
         self,
         step: int,
+        *,
         problem_ids: Sequence[str],
         completions: Sequence[str],
         rewards: Sequence[float | None],
@@ -330,57 +220,20 @@ class RolloutLedger:
         extracted: Sequence[str | None],
         completion_tokens: Sequence[int],
         finish_reasons: Sequence[str],
-        now: dt.datetime,
-    ) -> pl.DataFrame:
-        n = len(problem_ids)
-        if n != self.batch_rows:
-            raise ValueError(f"ledger: {n} rollouts in a generation batch of {self.batch_rows}")
-        start = self.base + (step - 1) * self.batch_rows
-        rows = {name: [] for name in S.ROLLOUTS}
-        for i in range(n):
-            reward = rewards[i]
-            reward = None if reward is None or math.isnan(reward) else float(reward)
-            values = {
-                S.PROBLEM_ID: problem_ids[i],
-                S.MODEL: self.model,
-                S.SAMPLE_IDX: start + i,
-                S.COMPLETION: completions[i],
-                S.COMPLETION_TOKENS: int(completion_tokens[i]),
-                S.FINISH_REASON: finish_reasons[i],
-                S.EXTRACTED_ANSWER: extracted[i] or None,
-                S.VERDICT: verdicts[i],
-                S.CORRECT: verdicts[i] == "correct",
-                S.REWARD: reward,
-                S.TEMPERATURE: self.temperature,
-                S.TOP_P: self.top_p,
-                S.MAX_TOKENS: self.max_tokens,
-                S.SEED: self.seed,
-                S.BACKEND: BACKEND,
-                S.RUN_ID: self.run_id,
-                S.STEP: step,
-                S.CREATED_AT: now,
-            }
-            for name in S.ROLLOUTS:
-                rows[name].append(values.get(name))
-        return pl.DataFrame(rows, schema=S.ROLLOUTS)
+    ) -> Path:
+        from curate.rollout import ledger
 
-    def write(self, step: int, **columns: Any) -> Path:
-        frame = self.frame(step, now=dt.datetime.now(dt.UTC), **columns)
-        return io.write_parquet(frame, self.path(step), S.ROLLOUTS)
-
-
-def ledger_base(ws: io.Workspace, pool: str, model: str, run_id: str) -> int:
-    """First free sample_idx in the model's ledger, ignoring this run's own parts."""
-    folder = ws.ledger_dir(pool, model)
-    parts = [
-        p
-        for p in sorted(folder.glob("*.parquet"))
-        if not p.name.startswith(".") and not p.name.startswith(f"part-{run_id}-")
-    ]
-    if not parts:
-        return 0
-    top = pl.concat([pl.read_parquet(p, columns=[S.SAMPLE_IDX]) for p in parts])[S.SAMPLE_IDX].max()
-    return 0 if top is None else int(top) + 1
+        values = {
+            S.COMPLETION: list(completions), S.COMPLETION_TOKENS: [int(n) for n in completion_tokens],
+            S.FINISH_REASON: list(finish_reasons), S.EXTRACTED_ANSWER: [e or None for e in extracted],
+            S.VERDICT: list(verdicts), S.REWARD: [None if r is None else float(r) for r in rewards],
+            S.TEMPERATURE: self.temperature, S.TOP_P: self.top_p, S.MAX_TOKENS: self.max_tokens, S.SEED: self.seed,
+            S.STEP: step,
+        }  # fmt: skip
+        rows = ledger.build_rows(self.model, problem_ids, values, backend=BACKEND, run_id=self.run_id)
+        return ledger.append(
+            self.ws, self.pool, self.model, rows, part=ledger.part_name(self.run_id, f"step{step:07d}")
+        )
 
 
 # --------------------------------------------------------------------------------------------------- metrics
@@ -438,152 +291,12 @@ class MetricsLog:
         return io.write_parquet(frame, self.path)
 
 
-# --------------------------------------------------------------------------------------------------- trainer
-def __getattr__(name: str) -> Any:  # ``training.rl.CurateGRPOTrainer`` without importing trl at module import
-    if name == "CurateGRPOTrainer":
-        return trainer_class()
-    raise AttributeError(name)
-
-
-@functools.cache
-def trainer_class() -> type:
-    """``CurateGRPOTrainer``: GRPOTrainer + curriculum sampler, reward feedback, ledger, hygiene, sampler state."""
-    import torch
-    from accelerate.utils import gather_object
-    from trl import GRPOTrainer
-
-    class CurateGRPOTrainer(GRPOTrainer):
-        """See the module docstring. Extra keyword arguments: bridge (the curriculum sampler), rl_cfg (RLConfig),
-        ledger (RolloutLedger or None; the main process writes), metrics_log (MetricsLog or None)."""
-
-        def __init__(self, *args: Any, bridge, rl_cfg: RLConfig, ledger=None, metrics_log=None, **kwargs: Any):
-            self.bridge = bridge
-            self.rl_cfg = rl_cfg
-            self.ledger = ledger
-            self.metrics_log = metrics_log
-            self._rl_rewards = None
-            super().__init__(*args, **kwargs)
-            per_chunk = self.num_iterations * self.args.steps_per_generation
-            if per_chunk % self.args.gradient_accumulation_steps:
-                raise ConfigError("num_iterations x steps_per_generation must be a multiple of gradient accumulation")
-            self.steps_per_chunk = per_chunk // self.args.gradient_accumulation_steps
-
-        # -------------------------------------------------------------- data
-        def _get_train_sampler(self, dataset=None):
-            return self.bridge
-
-        # -------------------------------------------------------------- rewards
-        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-            if not self.model.training:
-                return rewards_per_func
-            weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
-            rewards = (rewards_per_func * weights).nansum(dim=1)
-            rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-            self._rl_rewards = rewards
-            step = self.state.global_step + 1
-            problem_ids = gather_object([x[S.PROBLEM_ID] for x in inputs])
-            self.bridge.feed(problem_ids, rewards.tolist(), step)
-            n = len(prompts)
-            texts = gather_object([_completion_text(c) for c in completions])
-            verdicts = gather_object(list(self._pending_extra_logs.get("verdict", [None] * n)))
-            extracted = gather_object(list(self._pending_extra_logs.get("extracted_answer", [None] * n)))
-            lengths = gather_object([len(ids) for ids in completion_ids_list])
-            stops = set(self.eos_token_ids) | {self._tokenizer.pad_token_id}
-            finish = gather_object(["stop" if ids and ids[-1] in stops else "length" for ids in completion_ids_list])
-            if self.ledger is not None and self.accelerator.is_main_process:
-                self.ledger.write(
-                    step,
-                    problem_ids=problem_ids,
-                    completions=texts,
-                    rewards=rewards.tolist(),
-                    verdicts=verdicts,
-                    extracted=extracted,
-                    completion_tokens=lengths,
-                    finish_reasons=finish,
-                )
-            return rewards_per_func
-
-        # -------------------------------------------------------------- hygiene
-        def _generate_and_score_completions(self, inputs):
-            output = super()._generate_and_score_completions(inputs)
-            if self.model.training and self._rl_rewards is not None:
-                output = self.apply_hygiene(output, self._rl_rewards)
-            return output
-
-        def apply_hygiene(self, output: dict, rewards) -> dict:
-            """Apply ``group_hygiene`` to one process's slice of a generation batch (``rewards``: gathered)."""
-            cfg = self.rl_cfg
-            mask = output["completion_mask"]
-            loss_mask = mask if "tool_mask" not in output else mask * output["tool_mask"]
-            tokens = self.accelerator.gather(loss_mask.sum(dim=1))
-            h = group_hygiene(
-                rewards,
-                tokens,
-                self.num_generations,
-                loss_type=self.loss_type,
-                zero_variance_filter=cfg.zero_variance_filter,
-                batch_adv_norm=cfg.batch_adv_norm,
-                prompt_level_loss=cfg.prompt_level_loss,
-            )
-            n = mask.size(0)
-            local = slice(self.accelerator.process_index * n, (self.accelerator.process_index + 1) * n)
-            keep = h.keep[local].to(mask.device)
-            advantages = output["advantages"] if h.advantages is None else h.advantages[local]
-            output["advantages"] = (advantages.to(mask.device) * h.weight[local].to(mask.device)).float()
-            if cfg.zero_variance_filter:
-                output["completion_mask"] = mask * keep.unsqueeze(1).to(mask.dtype)
-                output["num_items_in_batch"] = (tokens * h.keep.to(tokens.device)).sum()
-            self._metrics["train"]["kept_group_frac"].append(h.signal_groups / max(h.groups, 1))
-            return output
-
-        # -------------------------------------------------------------- checkpoints and logs
-        def _save_checkpoint(self, model, trial):
-            folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
-            state = self.bridge.checkpoint_state(self.state.global_step // self.steps_per_chunk)
-            if self.args.should_save:
-                io.write_json(folder / SAMPLER_STATE, state)  # before trainer_state.json: see last_checkpoint
-                if self.metrics_log is not None:
-                    self.metrics_log.write()
-            super()._save_checkpoint(model, trial)
-
-        def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-            super().log(logs, start_time)  # TRL merges its step metrics into ``logs`` in place
-            if self.metrics_log is not None and self.accelerator.is_main_process:
-                self.metrics_log.add(self.state.global_step, logs)
-            if self.accelerator.is_main_process and "reward" in logs:  # one line per step on stderr (stdout: result)
-                print(_progress_line(self.state.global_step, self.args.max_steps, logs), file=sys.stderr, flush=True)
-
-    return CurateGRPOTrainer
-
-
-def _progress_line(step: int, max_steps: int, logs: Mapping[str, Any]) -> str:
-    keys = [
-        ("reward", "reward"),
-        ("kept_group_frac", "kept"),
-        ("entropy", "entropy"),
-        ("completions/mean_length", "len"),
-        ("completions/clipped_ratio", "trunc"),
-        ("step_time", "s"),
-    ]
-    parts = [f"{name}={logs[key]:.3g}" for key, name in keys if isinstance(logs.get(key), int | float)]
-    return f"rl step {step}/{max_steps}: " + " ".join(parts)
-
-
-def _completion_text(completion: Any) -> str:
-    if isinstance(completion, str):
-        return completion
-    return "".join(str(m.get("content") or "") for m in completion)
-
-
 # --------------------------------------------------------------------------------------------------- data
 def load_train(path: Path, tokenizer: Any, max_prompt_length: int | None) -> tuple[pl.DataFrame, int]:
     """The stage's prompts: a curriculum shard or a selection's ``trl.parquet`` (``prompt``, ``answer``,
     ``problem_id``; optional ``answer_alternatives`` and the curriculum's priors ``pass_rate``, ``cot_length``,
     ``zero_variance``). Prompts longer than ``max_prompt_length`` tokens (chat template applied) are dropped, not
     truncated (a cut prompt loses the question or the instruction). Returns (frame, dropped)."""
-    from curate.errors import InputError
-
     if not path.is_file():
         raise InputError(f"train file {path} not found")
     df = pl.read_parquet(path)
@@ -610,6 +323,7 @@ def _prompt_tokens(tokenizer: Any, prompt: Any) -> int:
     return len(ids)
 
 
+# --------------------------------------------------------------------------------------------------- trainer
 def grpo_args(cfg: RLConfig, out_dir: Path, world_size: int) -> Any:
     """TRL's GRPOConfig for a stage: one optimizer step per generation batch (steps_per_generation = gradient
     accumulation), logging every step, checkpoints every ``save_steps`` with ``ignore_data_skip`` (the curriculum
@@ -628,7 +342,7 @@ def grpo_args(cfg: RLConfig, out_dir: Path, world_size: int) -> Any:
         )
     cuda = torch.cuda.is_available()
     return GRPOConfig(
-        output_dir=str(out_dir / CHECKPOINTS),
+        output_dir=str(out_dir / run_folder.CHECKPOINTS),
         loss_type=cfg.loss_type,
         epsilon=cfg.epsilon,
         epsilon_high=cfg.epsilon_high,
@@ -680,7 +394,7 @@ def build_trainer(
     frame: pl.DataFrame,
     tokenizer: Any,
     out_dir: Path,
-    ledger: RolloutLedger | None = None,
+    ledger: LedgerWriter | None = None,
     metrics_log: MetricsLog | None = None,
     world_size: int = 1,
 ):
@@ -703,32 +417,24 @@ def build_trainer(
     )
     from transformers.trainer_callback import PrinterCallback
 
-    trainer = trainer_class()(
+    from training.grpo_trainer import CurateGRPOTrainer
+
+    trainer = CurateGRPOTrainer(
         model=str(model),
         reward_funcs=[accuracy_reward],
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
         bridge=bridge,
-        rl_cfg=cfg,
+        zero_variance_filter=cfg.zero_variance_filter,
+        batch_adv_norm=cfg.batch_adv_norm,
+        prompt_level_loss=cfg.prompt_level_loss,
         ledger=ledger,
         metrics_log=metrics_log,
     )
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts to stdout; ``log`` prints a line to stderr
+    trainer.add_callback(run_folder.save_callback())  # files.json in every checkpoint: a whole one is verifiable
     return trainer
-
-
-def last_checkpoint(folder: Path) -> Path | None:
-    """The newest checkpoint that is complete: it has ``sampler_state.json`` and ``trainer_state.json`` (written
-    last by the Trainer), so a kill during a save falls back to the previous checkpoint."""
-    if not folder.is_dir():
-        return None
-    done = [
-        p
-        for p in folder.glob("checkpoint-*")
-        if p.name.split("-")[-1].isdigit() and (p / SAMPLER_STATE).is_file() and (p / "trainer_state.json").is_file()
-    ]
-    return max(done, key=lambda p: int(p.name.split("-")[-1]), default=None)
 
 
 # --------------------------------------------------------------------------------------------------- run
@@ -740,7 +446,7 @@ def run_identity(
         "rl": cfg.to_dict(),
         "model": str(model),
         "train": str(train),
-        "train_sha256": io.file_hash(train),
+        "train_sha256": file_hash(train),
         "pool": pool,
         "ledger_model": ledger_model,
     }
@@ -762,49 +468,38 @@ def train_rl(
     pool). Multi-process (torchrun / accelerate launch): every rank calls this; rank 0 writes the files.
     """
     from accelerate import PartialState
-    from transformers import AutoTokenizer
 
     state = PartialState()
     out_dir, train = Path(out_dir), Path(train)
+    if not train.is_file():
+        raise InputError(f"train file {train} not found")
+    model = run_folder.check_model(model)
     ledger_model = cfg.ledger_model or out_dir.resolve().name
     identity = run_identity(cfg, model, train, pool, ledger_model if pool else None)
     run_id = "rl-" + hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
-    config_path, summary_path = out_dir / "config.json", out_dir / "summary.json"
-    if config_path.is_file():
-        saved = json.loads(config_path.read_text())
-        if {k: saved.get(k) for k in identity} != identity:
-            raise ConfigError(
-                f"{out_dir} holds a run with another config, model or train file; use a new --out folder "
-                "(or delete it to start over)"
-            )
-        if summary_path.is_file():
-            return {**json.loads(summary_path.read_text()), "skipped": True}
+    if run_folder.claim(out_dir, CONFIG, identity, write=False):
+        done = run_folder.finished(out_dir, SUMMARY)
+        if done is not None:
+            return {**done, "skipped": True}
     state.wait_for_everyone()
-    if state.is_main_process and not config_path.is_file():
-        io.write_json(config_path, {**identity, "run_id": run_id, "world_size": state.num_processes})
+    if state.is_main_process:
+        run_folder.claim(out_dir, CONFIG, identity, extra={"run_id": run_id, "world_size": state.num_processes})
 
     t0 = time.perf_counter()
-    tokenizer = AutoTokenizer.from_pretrained(str(model), padding_side="left", truncation_side="left")
+    tokenizer = run_folder.load_tokenizer(str(model), padding_side="left", truncation_side="left")
     frame, dropped = load_train(train, tokenizer, cfg.max_prompt_length)
     if frame.height == 0:
         raise ConfigError(f"no prompts left in {train} (dropped {dropped} over max_prompt_length)")
-    checkpoint = last_checkpoint(out_dir / CHECKPOINTS)
-    resume_step = int(checkpoint.name.split("-")[-1]) if checkpoint else 0
+    checkpoint = run_folder.last_checkpoint(out_dir / run_folder.CHECKPOINTS, required=(run_folder.SAMPLER_STATE,))
+    resume_step = run_folder.checkpoint_step(checkpoint) if checkpoint else 0
     metrics_log = MetricsLog(out_dir / "metrics.parquet", resume_step) if state.is_main_process else None
 
     ledger = None
     if pool is not None and state.is_main_process:
         ws = io.Workspace.resolve(home)
-        ledger_meta = out_dir / "ledger.json"
-        if ledger_meta.is_file():
-            base = int(json.loads(ledger_meta.read_text())["base"])
-        else:
-            base = ledger_base(ws, pool, ledger_model, run_id)
-            io.write_json(ledger_meta, {"pool": pool, "model": ledger_model, "run_id": run_id, "base": base})
-        ledger = RolloutLedger(
-            ws, pool, ledger_model, run_id, base, cfg.generation_batch_size,
-            cfg.temperature, cfg.top_p, cfg.max_completion_length, cfg.seed,
-        )  # fmt: skip
+        ledger = LedgerWriter(
+            ws, pool, ledger_model, run_id, cfg.temperature, cfg.top_p, cfg.max_completion_length, cfg.seed
+        )
 
     trainer = build_trainer(
         cfg,
@@ -817,9 +512,10 @@ def train_rl(
         world_size=state.num_processes,
     )
     if checkpoint is not None:
-        trainer.bridge.load_checkpoint_state(json.loads((checkpoint / SAMPLER_STATE).read_text()))
+        trainer.bridge.load_checkpoint_state(json.loads((checkpoint / run_folder.SAMPLER_STATE).read_text()))
+        trainer.resume_rng_from = str(checkpoint)  # restored at the first step: the resumed steps sample the same
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    final = out_dir / "final"
+    final = out_dir / run_folder.FINAL
     trainer.save_model(str(final))
 
     from training.sampler_bridge import state_hash
@@ -852,7 +548,8 @@ def train_rl(
         summary["reward_last"] = rewards[-1] if rewards else None
         summary["metrics"] = str(written) if written else None
         _write_card(final, cfg, model, train, identity, frame.height, dropped, pool, summary)
-        io.write_json(summary_path, summary)
+        run_folder.record_files(final, run_folder.WEIGHTS)
+        io.write_json(out_dir / SUMMARY, summary)
     state.wait_for_everyone()
     return summary
 

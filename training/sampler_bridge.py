@@ -116,11 +116,8 @@ class CurriculumRepeatSampler(Sampler[int]):
                 raise RuntimeError(f"generation batch is not in groups of {g} (rows {start}..): {list(group)}")
             values = [float(r) for r in rewards[start : start + g] if not math.isnan(float(r))]
             if values:
-                self.curriculum.update(group[0], values, step)
+                self.curriculum.update(group[0], values, step, record=False)  # the trainer writes the ledger
                 fed += 1
-        # The trainer writes its own ledger rows (with completions); the sampler's completion-less copies would
-        # duplicate them and grow the checkpointed state without bound.
-        self.curriculum.pending.clear()
         return fed
 
     # ------------------------------------------------------------------ checkpoints

@@ -390,7 +390,9 @@ def read_curve(path: str | Path) -> tuple[np.ndarray, np.ndarray, Path]:
     file = path / "eval.parquet" if path.is_dir() else path
     if not file.is_file():
         raise FileNotFoundError(f"{file} not found (give a run folder with eval.parquet, or a CSV/Parquet file)")
-    df = pl.read_csv(file) if file.suffix.lower() in (".csv", ".tsv", ".txt") else pl.read_parquet(file)
+    from curate.io import read_rows
+
+    df = read_rows(file, "eval curve to fit")
     missing = [col for col in (COMPUTE, PASS_AT_1) if col not in df.columns]
     if missing:
         raise ValueError(f"{file}: column(s) {missing} missing; have {df.columns}")

@@ -25,9 +25,7 @@ What it guarantees, and why:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,6 +38,8 @@ from curate import io
 from curate import schema as S
 from curate.config import from_mapping
 from curate.errors import ConfigError, InputError
+from curate.manifest import file_hash, fingerprint, read_manifest
+from training import run_folder
 
 
 QUARANTINE = "quarantine.parquet"
@@ -103,35 +103,10 @@ def lr_schedule(name: str, warmup: float) -> str:
     return "constant_with_warmup" if name == "constant" and warmup else name
 
 
-def float_strings(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
-    """``data`` with numeric strings turned into floats where ``cls`` (a dataclass, recursively) wants a float.
-
-    PyYAML reads ``1e-5`` (no dot) as a string, the most common way to write a learning rate; without this,
-    ``learning_rate: 1e-5`` in a recipe or ``--set learning_rate=1e-5`` would be rejected as "not a float".
-    """
-    import typing
-
-    hints = typing.get_type_hints(cls)
-    out = dict(data)
-    for key, value in out.items():
-        tp = hints.get(key)
-        if tp is None:
-            continue
-        args = typing.get_args(tp) or (tp,)
-        if isinstance(value, str) and float in args:
-            with contextlib.suppress(ValueError):
-                out[key] = float(value)
-        elif isinstance(value, Mapping):
-            nested = next((a for a in args if dataclasses.is_dataclass(a)), None)
-            if nested is not None:
-                out[key] = float_strings(nested, value)
-    return out
-
-
 def load_config(data: Mapping[str, Any] | None, overrides: Mapping[str, Any] | None = None) -> SFTRunConfig:
     """``SFTRunConfig`` from a mapping (a YAML file's content) plus ``key=value`` overrides; unknown keys fail."""
     merged = {**dict(data or {}), **dict(overrides or {})}
-    return from_mapping(SFTRunConfig, float_strings(SFTRunConfig, merged), "sft")
+    return from_mapping(SFTRunConfig, merged, "sft")
 
 
 def flash_attention_available() -> bool:
@@ -189,14 +164,6 @@ def split_rows(df: pl.DataFrame, tokenizer: Any, max_length: int) -> tuple[pl.Da
 
 
 # --------------------------------------------------------------------------------------------------- run state
-def _last_checkpoint(ckpt_dir: Path) -> str | None:
-    """The newest checkpoint folder holding a complete trainer state (a crash mid-save leaves an incomplete one)."""
-    if not ckpt_dir.is_dir():
-        return None
-    done = [p for p in ckpt_dir.glob("checkpoint-*") if (p / "trainer_state.json").is_file()]
-    return str(max(done, key=lambda p: int(p.name.split("-")[-1]))) if done else None
-
-
 def _loss_history(log_history: list[dict[str, Any]]) -> list[float]:
     return [float(e["loss"]) for e in log_history if "loss" in e]
 
@@ -204,13 +171,13 @@ def _loss_history(log_history: list[dict[str, Any]]) -> list[float]:
 def _fingerprint(cfg: SFTRunConfig, data: Path) -> str:
     """Identity of a run: the data's content hash and every setting (``torch_threads``/``report_to`` excluded)."""
     config = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("torch_threads", "report_to")}
-    return io.fingerprint({"data": io.file_hash(data)}, config)
+    return fingerprint({"data": file_hash(data)}, config)
 
 
 def _data_lineage(data: Path) -> dict[str, Any]:
     """Lineage facts of the data file: its path, hash, and the manifest that wrote it (if any)."""
-    out: dict[str, Any] = {"source": str(data), "source_sha256": io.file_hash(data)}
-    manifest = io.read_manifest(data)
+    out: dict[str, Any] = {"source": str(data), "source_sha256": file_hash(data)}
+    manifest = read_manifest(data)
     if manifest:
         out["source_manifest"] = {k: manifest.get(k) for k in ("stage", "rows_out", "fingerprint", "config")}
     return out
@@ -264,6 +231,7 @@ def build_trainer(cfg: SFTRunConfig, tokenizer: Any, rows: pl.DataFrame, output_
         args=args,
         train_dataset=Dataset.from_list(rows.select("prompt", "completion").to_dicts()),
         processing_class=tokenizer,
+        callbacks=[run_folder.save_callback()],  # files.json in every checkpoint: a whole one is verifiable
     )
 
 
@@ -284,12 +252,12 @@ def train_sft(
     """
     import torch
     from accelerate import PartialState
-    from transformers import AutoTokenizer
 
     started = time.perf_counter()
     model_name = str(model if model is not None else cfg.model)
     if not model_name:
         raise ConfigError("sft: no model given (set `model` in the config or pass --model)")
+    model_name = run_folder.check_model(model_name)
     cfg = dataclasses.replace(cfg, model=model_name)
     data, out_dir = Path(data), Path(out_dir)
     if not data.exists():
@@ -300,35 +268,33 @@ def train_sft(
             "attend to each other without any warning. Install flash-attn or set packing: false."
         )
 
-    fingerprint = _fingerprint(cfg, data)
-    final, ckpt_dir = out_dir / "final", out_dir / "checkpoints"
-    run_state = json.loads((out_dir / RUN).read_text()) if (out_dir / RUN).is_file() else None
-    if run_state is not None and run_state.get("fingerprint") != fingerprint:
-        raise InputError(
-            f"{out_dir} holds a run with other data or settings ({run_state.get('config')}); use a new --out "
-            "or delete the folder"
-        )
-    if run_state is not None and (out_dir / METRICS).is_file() and (final / "config.json").is_file():
-        return {**json.loads((out_dir / METRICS).read_text()), "skipped": True}
+    identity = {"fingerprint": _fingerprint(cfg, data)}
+    final, ckpt_dir = out_dir / run_folder.FINAL, out_dir / run_folder.CHECKPOINTS
+    if run_folder.claim(out_dir, RUN, identity, write=False):
+        done = run_folder.finished(out_dir, METRICS)
+        if done is not None:
+            return {**done, "skipped": True}
 
     main = PartialState().is_main_process  # several GPUs (accelerate launch): one process writes the files
-    tokenizer = AutoTokenizer.from_pretrained(model_name)
+    tokenizer = run_folder.load_tokenizer(model_name)
     df = io.read_parquet(data)
+    if df.height == 0:
+        raise InputError(f"SFT data {data} has no rows")
     kept, dropped = split_rows(df, tokenizer, cfg.max_length)
     if main:
         io.write_parquet(dropped, out_dir / QUARANTINE)
     if kept.height == 0:
         raise InputError(f"all {df.height} SFT rows were dropped (see {out_dir / QUARANTINE})")
     if main:
-        run = {"fingerprint": fingerprint, "config": dataclasses.asdict(cfg), "data": str(data)}
-        io.write_json(out_dir / RUN, run)
+        run_folder.claim(out_dir, RUN, identity, extra={"config": dataclasses.asdict(cfg), "data": str(data)})
 
     threads = torch.get_num_threads()
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     try:
         trainer = build_trainer(cfg, tokenizer, kept, ckpt_dir)
-        resume = _last_checkpoint(ckpt_dir)
+        last = run_folder.last_checkpoint(ckpt_dir)
+        resume = str(last) if last is not None else None
         result = trainer.train(resume_from_checkpoint=resume)
         trainer.save_model(str(final))
         if main:
@@ -363,6 +329,7 @@ def train_sft(
             recipe={kind: dataclasses.asdict(cfg)},
             metrics=metrics,
         )
+        run_folder.record_files(final, run_folder.WEIGHTS)
         io.write_json(out_dir / METRICS, metrics)
     trainer.accelerator.wait_for_everyone()
     return metrics

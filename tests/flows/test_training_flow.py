@@ -77,7 +77,7 @@ def test_prefect_yaml_and_flows_serve_declare_the_same_training_deployments():
 
     from flows import serve
     from flows.training import train_chain
-    from training.runner import load_recipe
+    from training.recipe import load_recipe
 
     spec = yaml.safe_load((REPO / "prefect.yaml").read_text(encoding="utf-8"))
     declared = {d["name"]: d for d in spec["deployments"] if d["entrypoint"] == "flows/training.py:train_chain"}
@@ -142,7 +142,7 @@ def test_chain_deploys_resumes_after_a_killed_worker_publishes_artifacts_and_han
     )
     from prefect.states import Crashed
 
-    from training.rl import last_checkpoint
+    from training.run_folder import SAMPLER_STATE, last_checkpoint
 
     url, stack = server
     prefect = str(BIN / "prefect")
@@ -172,7 +172,7 @@ def test_chain_deploys_resumes_after_a_killed_worker_publishes_artifacts_and_han
 
         def checkpointed():
             assert not client.read_flow_run(first.id).state.is_final(), worker.log_path.read_text(errors="replace")
-            return last_checkpoint(stage1 / "checkpoints")
+            return last_checkpoint(stage1 / "checkpoints", required=(SAMPLER_STATE,))
 
         _wait_for(checkpointed, 360, "the first RL checkpoint", interval=0.5)
         _kill_tree(worker)

@@ -13,6 +13,7 @@ import pytest
 
 from curate import io
 from curate import schema as S
+from curate.rollout import ledger
 from tests.tiny_model import make_problems, shared_tiny_model, write_rl_prompts
 
 
@@ -69,7 +70,7 @@ def test_cispo_steps_on_cuda_write_the_same_run_folder(tiny, tmp_path):
     assert torch.cuda.max_memory_allocated() > 0
     m = pl.read_parquet(tmp_path / "run" / "metrics.parquet")
     assert m["step"].to_list() == [1, 2, 3] and m["reward"].null_count() == 0 and m["loss"].null_count() == 0
-    led = io.read_parquet(ws.ledger_dir("tiny", "run"), S.ROLLOUTS)
+    led = ledger.read(ws, "tiny", "run")
     assert led.height == 3 * 32 and led[S.VERDICT].null_count() == 0
     # the taught problems are answered correctly some of the time on the GPU too (generation works)
     assert 0.0 < led[S.REWARD].mean() <= 1.0

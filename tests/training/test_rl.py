@@ -7,7 +7,6 @@ the hand formulas are the papers' (METHODS §4.3), not TRL's code.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -24,8 +23,11 @@ import torch
 from curate import io, prompts
 from curate import schema as S
 from curate.config import ConfigError
+from curate.errors import InputError
+from curate.rollout import ledger
 from tests.tiny_model import make_problems, shared_tiny_model, write_rl_prompts
-from training.rl import build_trainer, group_hygiene, load_rl_config, load_train, train_rl
+from training.grpo_trainer import group_hygiene
+from training.rl import build_trainer, load_rl_config, load_train, train_rl
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -189,16 +191,16 @@ def _hygiene_batch(trainer, rewards, advantages):
 @pytest.mark.parametrize("loss_type", ["cispo", "dapo", "grpo"])
 def test_zero_variance_groups_leave_the_loss_and_its_normaliser(trainer, loss_type):
     trainer.loss_type = loss_type
-    base = dataclasses.replace(trainer.rl_cfg, zero_variance_filter=False, prompt_level_loss=False)
+    saved = (trainer.zero_variance_filter, trainer.prompt_level_loss)
     # group 0 (rows 0, 1) has signal; group 1 (rows 2, 3) is all-equal: advantage 0 but its tokens count in TRL
     batch, rewards = _hygiene_batch(trainer, [1.0, 0.0, 1.0, 1.0], [0.7, -0.7, 0.0, 0.0])
-    trainer.rl_cfg = base
+    trainer.zero_variance_filter = trainer.prompt_level_loss = False
     plain, _ = _trl_loss(trainer, trainer.apply_hygiene(dict(batch), rewards))
-    trainer.rl_cfg = dataclasses.replace(base, zero_variance_filter=True)
+    trainer.zero_variance_filter = True  # the constructor's switch, as training.rl passes it
     filtered = trainer.apply_hygiene(dict(batch), rewards)
     assert filtered["completion_mask"][2:].sum() == 0 and int(filtered["num_items_in_batch"]) == 5 + 3
     got, got_grad = _trl_loss(trainer, filtered)
-    trainer.rl_cfg = base
+    trainer.zero_variance_filter, trainer.prompt_level_loss = saved
     mask = batch["completion_mask"].float()
     adv = batch["advantages"]
 
@@ -217,11 +219,11 @@ def test_zero_variance_groups_leave_the_loss_and_its_normaliser(trainer, loss_ty
 @pytest.mark.parametrize("loss_type", ["cispo", "dapo", "grpo"])
 def test_prompt_level_loss_weighs_every_prompt_equally(trainer, loss_type):
     trainer.loss_type = loss_type
-    base = trainer.rl_cfg
+    saved = trainer.prompt_level_loss
     batch, rewards = _hygiene_batch(trainer, [1.0, 0.0, 0.0, 1.0], [0.7, -0.7, -0.7, 0.7])
-    trainer.rl_cfg = dataclasses.replace(base, prompt_level_loss=True)
+    trainer.prompt_level_loss = True
     got, got_grad = _trl_loss(trainer, trainer.apply_hygiene(dict(batch), rewards))
-    trainer.rl_cfg = base
+    trainer.prompt_level_loss = saved
     mask = batch["completion_mask"].float()
     adv = batch["advantages"]
 
@@ -271,16 +273,16 @@ def test_train_rl_writes_run_folder_checkpoint_state_final_model_and_ledger(tiny
     assert json.loads((final / "lineage.json").read_text())["kind"] == "rl"
     assert json.loads((run / "config.json").read_text())["rl"]["epsilon_high"] == 5.0
 
-    led = io.read_parquet(ws.ledger_dir("tiny", "run"), S.ROLLOUTS)
-    assert led.height == 3 * 32 and led[S.SAMPLE_IDX].n_unique() == led.height
+    led = ledger.read(ws, "tiny", "run")
+    assert led.height == 3 * 32 and led.select(ledger.KEY).is_unique().all()  # the key, never twice
     assert sorted(led[S.STEP].unique().to_list()) == [1, 2, 3]
     assert led[S.VERDICT].null_count() == 0 and set(led[S.REWARD].unique().to_list()) <= {0.0, 1.0}
     step3 = led.filter(pl.col(S.STEP) == 3).group_by(S.PROBLEM_ID).len()
     assert sorted(step3[S.PROBLEM_ID].to_list()) == sorted(state["carry"][0]) and set(step3["len"]) == {8}
 
     again = train_rl(cfg, model=tiny, train=train_file, out_dir=run, home=ws.root, pool="tiny")
-    assert again["skipped"] is True and io.read_parquet(ws.ledger_dir("tiny", "run")).height == 3 * 32
-    with pytest.raises(ConfigError, match="another config"):
+    assert again["skipped"] is True and ledger.read(ws, "tiny", "run").height == 3 * 32
+    with pytest.raises(InputError, match="another config"):
         train_rl(load_rl_config(None, [*SMALL, "max_steps=4"]), model=tiny, train=train_file, out_dir=run)
 
 
@@ -324,21 +326,34 @@ def test_kill_after_first_checkpoint_and_rerun_resumes_without_duplicates(tiny, 
     assert summary["resumed_from"] and summary["steps"] == 6
     assert summary["curriculum"]["groups"] == 6 * 4  # the restored curriculum saw every trained group exactly once
 
-    led = io.read_parquet(ws.ledger_dir("tiny", "run"), S.ROLLOUTS)
+    led = ledger.read(ws, "tiny", "run")
     assert led.height == 6 * 32 and led.select(S.PROBLEM_ID, S.SAMPLE_IDX).is_unique().all()
     assert led.group_by(S.STEP).len().sort(S.STEP)["len"].to_list() == [32] * 6
     m = pl.read_parquet(run / "metrics.parquet")
     assert m["step"].to_list() == list(range(1, 7))
 
-    # the same command never interrupted draws the same prompts at every step (uniform policy: RNG-driven order)
+    # The same command never interrupted, in a fresh process like the resumed one, is the same run bit for bit:
+    # the same prompts and the same completions at every step (the checkpoint's RNG state restored), the same
+    # rewards, the same final weights.
     ref_run, ref_ws = tmp_path / "ref", io.Workspace(tmp_path / "ref-ws")
-    train_rl(load_rl_config(None, sets), model=tiny, train=train_file, out_dir=ref_run, home=ref_ws.root, pool="tiny")
-    ref = io.read_parquet(ref_ws.ledger_dir("tiny", "ref"), S.ROLLOUTS)
+    ref_run.mkdir()
+    done = subprocess.run(_cli(tiny, train_file, ref_run / "run", ref_ws.root, sets), cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    ref = ledger.read(ref_ws, "tiny", "run")
 
     def per_step(df):
-        return df.group_by(S.STEP).agg(pl.col(S.PROBLEM_ID).unique().sort()).sort(S.STEP)[S.PROBLEM_ID].to_list()
+        cols = [S.STEP, S.PROBLEM_ID, S.COMPLETION, S.REWARD]
+        return df.select(cols).sort(cols).rows()
 
     assert per_step(led) == per_step(ref)
+    from safetensors.torch import load_file
+
+    got, want = (
+        load_file(run / "final" / "model.safetensors"),
+        load_file(ref_run / "run" / "final" / "model.safetensors"),
+    )
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in got)
 
 
 def _free_port() -> int:

@@ -11,8 +11,10 @@ import yaml
 
 from curate.errors import ConfigError
 from tests.tiny_chain import write_tiny_chain
-from training.plan import PlanScale, rl_stages
-from training.runner import decision, load_recipe
+from training.plan import rl_stages
+from training.recipe import PlanScale, load_recipe
+from training.rl import RLConfig
+from training.runner import decision
 
 
 PLAN = {
@@ -29,7 +31,7 @@ PLAN = {
 
 def test_plan_stages_follow_the_plan_scaled_and_overridden_in_order():
     stages = rl_stages(
-        PLAN, Path("cur"), {"loss_type": "cispo", "learning_rate": 1e-4},
+        PLAN, Path("cur"), RLConfig(loss_type="cispo", learning_rate=1e-4),
         fields=["n", "prompt_batch", "steps", "max_response_length", "kl", "entropy_coef"],
         scale=PlanScale(context=1 / 128, steps=0.1, max_prompts_per_step=4, max_num_generations=8),
         per_stage={"stage2": {"max_steps": 3}},
@@ -103,7 +105,7 @@ def test_recipe_decide_section_is_strict_down_to_the_curate_sections(tmp_path):
 
 def test_stamp_lineage_names_the_chain_in_the_card_once_and_keeps_the_steps_own_keys(tmp_path):
     from training.card import read_lineage, write_model_card
-    from training.runner import stamp_lineage
+    from training.chain import stamp_lineage
 
     model = tmp_path / "final"
     write_model_card(model, kind="redistill", base_model=str(tmp_path / "init"), recipe={"lr": 1e-5}, metrics={"x": 1},
@@ -158,7 +160,9 @@ def test_chain_control_flow_stops_a_pass_and_runs_coscale_iterations_up_to_the_b
 
     from curate import io
     from curate import schema as S
-    from training.runner import ChainState, DecideSection, RunRecipe, coscale_dir, run_chain
+    from training.chain import ChainState
+    from training.recipe import DecideSection, RunRecipe
+    from training.runner import run_chain
 
     ws = tmp_path / "ws"
     problems = pl.DataFrame({S.PROBLEM_ID: ["a", "b", "c"], S.PROBLEM: ["1+1", "2+2", "3+3"],
@@ -167,7 +171,7 @@ def test_chain_control_flow_stops_a_pass_and_runs_coscale_iterations_up_to_the_b
     plan = {"stages": [{"stage": "stage1", "shard": "stage1.parquet", "rows": 1},
                        {"stage": "stage2", "shard": "stage2.parquet", "rows": 1}]}  # fmt: skip
     io.write_json(ws / "curricula" / "c" / "plan.json", plan)
-    recipe = RunRecipe(name="r", pool="t", curriculum="c", rl={"loss_type": "cispo"},
+    recipe = RunRecipe(name="r", pool="t", curriculum="c", rl=RLConfig(loss_type="cispo"),
                        decide=DecideSection(coscale_iterations=2))  # fmt: skip
     actions = iter(["stop", "continue", "continue"])
     calls = []
@@ -184,7 +188,7 @@ def test_chain_control_flow_stops_a_pass_and_runs_coscale_iterations_up_to_the_b
         if fn.__name__ == "coscale_solutions":  # stage1 keeps a solvable problem, stage2 none
             for stage, ids in (("stage1", ["a"]), ("stage2", [])):
                 io.write_parquet(pl.DataFrame({S.PROBLEM_ID: ids}, schema={S.PROBLEM_ID: pl.String}),
-                                 coscale_dir(run, state.iteration) / f"{stage}.parquet")  # fmt: skip
+                                 run.coscale_dir(state.iteration) / f"{stage}.parquet")  # fmt: skip
             return state
         if fn.__name__ == "rl_stage":
             return dataclasses.replace(state, model=f"{name}/final")

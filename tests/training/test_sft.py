@@ -109,7 +109,7 @@ def test_sft_trains_on_solutions_quarantines_long_rows_and_resumes(tiny, rows_fi
     assert main(args + sets) == 0
     assert json.loads(capsys.readouterr().out)["skipped"] is True
     assert main([*args, *sets, "--set", "learning_rate=1e-3"]) == 2
-    assert "other data or settings" in capsys.readouterr().err
+    assert "another config, model or data" in capsys.readouterr().err
 
     # crash after the last checkpoint (final model and metrics lost): the re-run resumes instead of restarting
     shutil.rmtree(out / "final")

@@ -1,0 +1,81 @@
+"""Bad training input is one line in the project's words and exit 2, never a traceback (issues 23.7, 24.5)."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+import yaml
+
+from training.cli import main
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("name", ["curve.csv", "curve.jsonl", "curve.parquet"])
+def test_fit_on_an_empty_file(tmp_path, capsys, name):
+    path = tmp_path / name
+    if name.endswith(".parquet"):
+        pl.DataFrame({"compute": [], "pass_at_1": []}).write_parquet(path)
+    else:
+        path.write_text("")
+    assert main(["fit", str(path), "--no-plot"]) == 2
+    assert _one_line(capsys).startswith(f"error: {path}:")
+
+
+def test_reward_on_an_empty_file(tmp_path, capsys):
+    (tmp_path / "c.jsonl").write_text("\n\n")
+    assert main(["reward", str(tmp_path / "c.jsonl")]) == 2
+    assert "the file is empty" in _one_line(capsys)
+
+
+def test_a_model_folder_that_does_not_exist_is_not_called_a_hub_id(tmp_path, capsys):
+    rows = tmp_path / "sft.parquet"
+    pl.DataFrame({"prompt": ["x"], "completion": ["y"]}).write_parquet(rows)
+    args = ["sft", "--model", "runs/nothere/final", "--data", str(rows), "--out", str(tmp_path / "o")]
+    assert main(args) == 2
+    assert "model folder runs/nothere/final does not exist" in _one_line(capsys)
+    assert main(["rl", "--model", str(tmp_path), "--train", str(rows), "--out", str(tmp_path / "r")]) == 2
+    assert "is not a model folder (no config.json)" in _one_line(capsys)
+
+
+def test_missing_sft_and_rl_inputs(tmp_path, capsys):
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    assert (
+        main(["sft", "--model", str(model), "--data", str(tmp_path / "no.parquet"), "--out", str(tmp_path / "o")]) == 2
+    )
+    assert "not found" in _one_line(capsys)
+    assert (
+        main(["rl", "--model", str(model), "--train", str(tmp_path / "no.parquet"), "--out", str(tmp_path / "r")]) == 2
+    )
+    assert "train file" in _one_line(capsys)
+
+
+def test_a_damaged_model_is_refused_by_eval(tmp_path, capsys):
+    from training.run_folder import record_files
+
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"w" * 100)
+    record_files(tmp_path, ("*.safetensors", "config.json"))
+    (tmp_path / "model.safetensors").write_bytes(b"w" * 10)
+    assert main(["eval", str(tmp_path), "--pool", "p", "--home", str(tmp_path / "ws")]) == 2
+    assert "is damaged: model.safetensors has 10 bytes" in _one_line(capsys)
+
+
+def test_training_run_recipe_errors_before_any_work(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: r\npool: p\nrl: {learning_rate: 1e-4\n")  # unclosed mapping
+    assert main(["run", "--recipe", str(bad), "--home", str(tmp_path / "ws")]) == 2
+    err = _one_line(capsys)
+    assert f"{bad}:4:1: not valid YAML" in err  # the file, line and column where the parser gave up
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump({"name": "r", "pool": "p", "curriculum": "c", "curate_recipe": "nope.yaml"}))
+    for key in ("rl.learnin_rate=1e-4", "stages.stage2.max_stepz=3", "eval.kk=2", "sft.data=x", "sft.lr=1"):
+        assert main(["run", "--recipe", str(good), "--home", str(tmp_path / "ws"), "--set", key]) == 2
+        assert _one_line(capsys).startswith("error:")
+    assert not (tmp_path / "ws" / "runs").exists()  # nothing was written: the recipe failed before any work

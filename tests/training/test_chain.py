@@ -1,0 +1,142 @@
+"""Run state and step processes (training.chain): one recipe per run folder, one writer per run folder, a step that
+dies with its parent, a failed step as one line. The step processes here are stand-in scripts (``launch``), so
+these tests need no model."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from curate.errors import InputError, LockTimeout
+from training.chain import StepFailed, open_run, run_lock, run_step
+from training.recipe import recipe_from_mapping
+
+
+RECIPE = {"name": "r", "pool": "p", "train": "x.parquet", "rl": {"loss_type": "cispo"}}
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _wait_for(path: Path, seconds: float = 30.0) -> str:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if path.is_file() and path.read_text().strip():
+            return path.read_text().strip()
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return not (status.is_file() and "State:\tZ" in status.read_text())  # a zombie is dead
+
+
+def test_a_changed_recipe_on_a_finished_run_is_refused_and_its_records_stay(tmp_path):
+    run = open_run(recipe_from_mapping(RECIPE), home=tmp_path)
+    before = (run.run_dir / "recipe.json").read_text()
+    with pytest.raises(InputError, match=r"differs in .*seed.*--out"):
+        open_run(recipe_from_mapping({**RECIPE, "seed": 1}), home=tmp_path)  # `--set seed=1` on the same folder
+    with pytest.raises(InputError, match=r"rl\.learning_rate"):
+        open_run(recipe_from_mapping({**RECIPE, "rl": {"loss_type": "cispo", "learning_rate": 1e-4}}), home=tmp_path)
+    assert (run.run_dir / "recipe.json").read_text() == before  # never rewritten
+    # the same recipe (or one that differs only in placement, like `launch`) reopens the folder
+    again = open_run(recipe_from_mapping({**RECIPE, "launch": ["accelerate", "launch"]}), home=tmp_path)
+    assert again.run_dir == run.run_dir and (run.run_dir / "recipe.json").read_text() == before
+    # the README's three seeds: each in its own folder
+    other = open_run(recipe_from_mapping({**RECIPE, "seed": 1}), home=tmp_path, out=tmp_path / "runs" / "seed1")
+    assert json.loads((other.run_dir / "recipe.json").read_text())["seed"] == 1
+
+
+def test_a_second_writer_of_a_run_folder_waits_then_gives_up_naming_the_holder(tmp_path, monkeypatch):
+    run = open_run(recipe_from_mapping(RECIPE), home=tmp_path)
+    ready = tmp_path / "held"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import time
+            from pathlib import Path
+            from training.chain import open_run, run_lock
+            from training.recipe import recipe_from_mapping
+            run = open_run(recipe_from_mapping({RECIPE!r}), home={str(tmp_path)!r})
+            with run_lock(run):
+                Path({str(ready)!r}).write_text("1")
+                time.sleep(60)
+        """)],
+        cwd=REPO,
+    )  # fmt: skip
+    try:
+        _wait_for(ready)
+        with pytest.raises(LockTimeout, match=rf"run folder .*locked by pid {holder.pid}"), run_lock(run, timeout=0.5):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with run_lock(run, timeout=5):  # the kernel released the killed holder's lock
+        pass
+
+
+STAND_IN = """
+import os, signal, sys, time
+from pathlib import Path
+spec = Path(sys.argv[-1])
+(spec.parent / "child.pid").write_text(str(os.getpid()))
+print("stand-in step started", flush=True)
+if os.environ.get("STAND_IN") == "die":
+    os.kill(os.getpid(), signal.SIGKILL)
+time.sleep(120)
+"""
+
+
+def test_a_failed_step_is_one_line_with_its_exit_code_and_log(tmp_path, monkeypatch, capsys):
+    script = tmp_path / "step.py"
+    script.write_text(STAND_IN)
+    monkeypatch.setenv("STAND_IN", "die")
+    with pytest.raises(StepFailed) as err:
+        run_step({"kind": "sft", "out": str(tmp_path / "sft")}, launch=[sys.executable, str(script)])
+    message = str(err.value)
+    assert "training step sft" in message and "killed by SIGKILL" in message and "\n" not in message
+    log = tmp_path / "sft" / "step.log"
+    assert f"its log: {log}" in message and "stand-in step started" in log.read_text()
+    assert "stand-in step started" in capsys.readouterr().err  # the step's output on stderr, never stdout
+    assert err.value.exit_code == 1  # the CLI prints the line and exits 1 (not a user error)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killing_the_chain_leaves_no_step_running(tmp_path, sig):
+    script = tmp_path / "step.py"
+    script.write_text(STAND_IN)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys
+            from training.chain import run_step
+            run_step({{"kind": "rl", "out": {str(tmp_path / "rl")!r}}}, launch=[sys.executable, {str(script)!r}])
+        """)],
+        cwd=REPO, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        child = int(_wait_for(tmp_path / "rl" / "child.pid"))
+        assert _alive(child)
+        parent.send_signal(sig)
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child), f"step {child} outlived its parent ({sig.name})"
+    finally:
+        parent.kill()
+        with_child = tmp_path / "rl" / "child.pid"
+        if with_child.is_file():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(with_child.read_text()), signal.SIGKILL)

@@ -1,0 +1,432 @@
+"""A training run's state: ``chain.json``, the run folder, one fresh process per training step, and lineage.
+
+``Run`` is where a chain runs (recipe, workspace, run folder); ``Chain`` is ``chain.json``, the record of what is
+done (read back from disk, never from the caller, so a rerun after a failure resumes at the failed step);
+``ChainState`` is what one step hands the next. ``run_step`` runs one SFT, RL or re-distillation step in a fresh
+process (``python -m training.chain SPEC``, or ``<launch> -m training.chain SPEC`` such as ``accelerate launch``
+for several GPUs), so GPU memory and the answer checker's workers of one step never leak into the next, and a
+crash points at one step. ``chain_lineage`` / ``stamp_lineage``: what every model of the run came from, in its card.
+
+Keep scripts that import this module under ``if __name__ == "__main__":`` (the answer checker's spawn workers
+re-import the main module).
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from curate import io
+from curate.errors import CurateError, InputError
+from curate.manifest import file_hash
+from training import run_folder
+from training.plan import StagePlan, plan_stages
+from training.recipe import RunRecipe, resolve_path
+
+
+CHAIN = "chain.json"
+DATA = "data"  # the run's own copy of what it trains on (``pin_data``)
+PINNED = {"curriculum": "curriculum", "train": "train.parquet", "sft": "sft.parquet"}
+PINNED_RECORD = "pinned.json"  # what was copied from where, with content hashes
+STEP_LOG = "step.log"  # a training step's output, beside its run folder's files
+LOCK = "run.lock"  # one writer per run folder (``run_lock``)
+RECIPE = "recipe.json"  # the resolved recipe the run was made with
+# Recipe keys that change speed or placement, not results: a rerun may change them on an existing run folder.
+HARMLESS = frozenset({"home", "launch", "eval.threads", "eval.device", "sft.torch_threads", "sft.report_to",
+                      "rl.report_to", "redistill.sft.torch_threads", "redistill.sft.report_to"})  # fmt: skip
+COSCALE = "coscale"  # run-folder subfolder of the CoScale iterations (coscale/itN/)
+
+
+# --------------------------------------------------------------------------------------------------- run + state
+class Chain:
+    """``chain.json``: the steps done so far (resumable record), written atomically after each change.
+
+    ``steps``: one record per trained-and-evaluated model (step, model, pass rate, wall time). ``notes``: the other
+    steps' records by kind (``decisions``, ``coscale``), each a list in the order they were made, every record
+    with its ``name``. ``lineage``: ``chain_lineage`` of the run.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / CHAIN
+        data = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        self.steps: list[dict[str, Any]] = data.get("steps", [])
+        self.notes: dict[str, list[dict[str, Any]]] = data.get("notes", {})
+        self.lineage: dict[str, Any] | None = data.get("lineage")
+
+    def get(self, step: str) -> dict[str, Any] | None:
+        return next((s for s in self.steps if s["step"] == step), None)
+
+    def put(self, record: dict[str, Any]) -> None:
+        self.steps = [s for s in self.steps if s["step"] != record["step"]] + [record]
+        self._write()
+
+    def note(self, kind: str, name: str, record: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """Read (``record`` None) or write the note ``name`` of ``kind``."""
+        if record is None:
+            return next((r for r in self.notes.get(kind, []) if r["name"] == name), None)
+        record = {"name": name, **record}
+        self.notes[kind] = [r for r in self.notes.get(kind, []) if r["name"] != name] + [record]
+        self._write()
+        return record
+
+    def set_lineage(self, lineage: dict[str, Any]) -> None:
+        self.lineage = lineage
+        self._write()
+
+    def _write(self) -> None:
+        payload: dict[str, Any] = {"steps": self.steps}
+        if self.notes:
+            payload["notes"] = self.notes
+        if self.lineage is not None:
+            payload["lineage"] = self.lineage
+        io.write_json(self.path, json.loads(json.dumps(payload, default=str)))
+
+
+@dataclass(frozen=True)
+class Run:
+    """Where a chain runs: its recipe, workspace and run folder (the first argument of every step)."""
+
+    recipe: RunRecipe
+    ws: io.Workspace
+    run_dir: Path
+    echo: Callable[[str], None] = print
+
+    def chain(self) -> Chain:
+        """The run's ``chain.json`` as it is now (read fresh: a step may have run in another process)."""
+        return Chain(self.run_dir)
+
+    def ledger_model(self, stage_dir: Path) -> str:
+        """The ledger model name of an RL stage of this run: unique per run folder (two runs of one recipe, or
+        a ``--out`` run beside the default one, never share rollouts), readable (``<run>-<hash>-<stage>``)."""
+        tag = hashlib.sha256(str(self.run_dir).encode()).hexdigest()[:8]
+        return f"{self.run_dir.name}-{tag}-{Path(stage_dir).name}"
+
+    def pinned(self, what: str) -> Path | None:
+        """The run's own copy of its data (``pin_data``): ``curriculum`` (folder), ``train`` or ``sft`` (files);
+        None before training started or when the recipe has no such input."""
+        path = self.run_dir / DATA / PINNED[what]
+        return path if path.exists() and (path.is_file() or (path / "plan.json").is_file()) else None
+
+    def stages(self) -> list[StagePlan]:
+        """The recipe's RL stages over the run's pinned curriculum (or train file) once training started."""
+        return plan_stages(self.recipe, self.ws, self.pinned("curriculum" if self.recipe.curriculum else "train"))
+
+    def coscale_dir(self, iteration: int) -> Path:
+        """``coscale/itN/``: CoScale iteration N's pools snapshot, restricted shards, SFT rows and SFT run."""
+        return self.run_dir / COSCALE / f"it{iteration}"
+
+
+@dataclass(frozen=True)
+class ChainState:
+    """What one step hands the next: JSON-simple, so a flow can show and pass it.
+
+    model: the current policy (the next training step starts from it). initial: the starting model (before SFT;
+    re-distillation fine-tunes it). offset_step / offset_compute: RL steps and compute so far (the eval curve's
+    axes). last_stage: the last RL stage folder (re-distillation reads its rollouts). iteration: the CoScale
+    iteration (0: the first pass). pending: the model the previous training step produced, waiting for
+    ``evaluate_model`` (its step name, folder, training wall time, RL offsets).
+    """
+
+    model: str
+    initial: str
+    offset_step: int = 0
+    offset_compute: float = 0.0
+    last_stage: str | None = None
+    iteration: int = 0
+    pending: dict[str, Any] | None = None
+
+
+def open_run(
+    recipe: RunRecipe,
+    home: str | Path | None = None,
+    out: str | Path | None = None,
+    echo: Callable[[str], None] = print,
+) -> Run:
+    """Resolve the workspace and the run folder, create it and write ``recipe.json``.
+
+    A run folder belongs to one recipe: opening it with a recipe that differs in anything that changes results
+    (``--set seed=1`` on a finished run, an edited learning rate) raises ``InputError`` naming the differences and
+    ``--out``, and the folder's records are never rewritten. Settings that only change speed or placement
+    (``HARMLESS``) may differ; the folder keeps the recipe it was made with.
+    """
+    ws = io.Workspace.resolve(home, recipe.home)
+    run_dir = Path(out) if out else ws.root / "runs" / recipe.name
+    path = run_dir / RECIPE
+    new = recipe.to_dict()
+    if path.is_file():
+        changed = recipe_changes(json.loads(path.read_text()), new)
+        if changed:
+            shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+            raise InputError(
+                f"{run_dir} holds a run of another recipe (differs in {shown}); give the changed run its own "
+                "folder with --out (or a new `name`), or delete the folder to start over"
+            )
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        io.write_json(path, new)
+    return Run(recipe, ws, run_dir.resolve(), echo)
+
+
+@contextlib.contextmanager
+def run_lock(run: Run, timeout: float | None = None) -> Iterator[None]:
+    """Hold the run folder's lock (``run.lock``) while a chain writes it: a second ``training run`` on the same
+    folder waits, naming the holder, and gives up after the lock timeout (``$CURATE_LOCK_TIMEOUT``, default 600 s)
+    with one line. The kernel releases it when the holder dies (SIGKILL too)."""
+    from curate.locks import hold
+
+    with hold(run.run_dir / LOCK, what=f"run folder {run.run_dir}", timeout=timeout):
+        yield
+
+
+def recipe_changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two resolved recipes, ``HARMLESS`` keys left out."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        dotted = f"{prefix}{key}"
+        a, b = old.get(key), new.get(key)
+        if dotted in HARMLESS or a == b:
+            continue
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out += recipe_changes(a, b, f"{dotted}.")
+        else:
+            out.append(dotted)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ one step
+def run_step(spec: Mapping[str, Any], launch: list[str] | None = None) -> dict[str, Any]:
+    """Run one training step in a fresh process (``python -m training.chain SPEC``, or ``<launch> -m ...`` such as
+    ``accelerate launch`` for several GPUs); returns the JSON it writes.
+
+    The step's output goes to stderr (stdout stays the caller's: ``training run --json`` prints only JSON) and to
+    ``<out>/step.log``. The step dies with its parent: killing ``training run`` (SIGKILL or SIGTERM) sends the
+    step SIGTERM through the kernel's parent-death signal (Linux), so no orphan keeps writing the run folder.
+    Raises ``StepFailed`` (one line: the step, its exit code or signal, its log) when it fails.
+    """
+    out = Path(spec["out"])
+    spec_path = out / "step_spec.json"
+    out.mkdir(parents=True, exist_ok=True)
+    io.write_json(spec_path, dict(spec))
+    result_path = spec_path.with_name("step_result.json")
+    result_path.unlink(missing_ok=True)
+    cmd = [*(launch or [sys.executable]), "-m", "training.chain", str(spec_path)]
+    log = out / STEP_LOG
+    with log.open("ab") as sink:
+        proc = subprocess.Popen(
+            cmd, env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent(os.getpid()),
+        )  # fmt: skip
+        decode = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        try:
+            for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+                sink.write(chunk)
+                sys.stderr.write(decode.decode(chunk))
+                sys.stderr.flush()
+        finally:
+            if proc.poll() is None:  # we are being interrupted: the step goes too
+                proc.terminate()
+            rc = proc.wait()
+    if rc != 0 or not result_path.is_file():
+        how = f"was killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with code {rc}"
+        raise StepFailed(f"training step {spec['kind']} ({out}) {how}; its log: {log}")
+    return json.loads(result_path.read_text())
+
+
+class StepFailed(CurateError):
+    """A training step's process failed: the CLI prints this one line and exits 1 (not a user error)."""
+
+    exit_code = 1
+
+
+def _die_with_parent(parent: int) -> Callable[[], None] | None:
+    """``preexec_fn`` that asks Linux to send the child SIGTERM when its parent dies (``PR_SET_PDEATHSIG``);
+    None elsewhere (macOS has no such call: there an orphaned step must be stopped by hand)."""
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def arm() -> None:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the call: nothing will signal us
+            os._exit(1)
+
+    return arm
+
+
+def step_main(spec_path: Path) -> None:
+    """The child side of ``run_step`` (``python -m training.chain SPEC``): one SFT, RL or re-distillation run,
+    then the chain's lineage on its final model and ``step_result.json``."""
+    spec = json.loads(spec_path.read_text())
+    kind, out = spec["kind"], Path(spec["out"])
+    if kind == "sft":
+        from training.sft import load_config, train_sft
+
+        result = train_sft(
+            load_config(spec["config"]), model=spec["model"], data=Path(spec["data"]), out_dir=out,
+            lineage=spec.get("lineage"),
+        )  # fmt: skip
+    elif kind == "rl":
+        from training.rl import load_rl_config, train_rl
+
+        result = train_rl(
+            load_rl_config(spec["config"]), model=spec["model"], train=Path(spec["train"]), out_dir=out,
+            home=spec.get("home"), pool=spec.get("pool"),
+        )  # fmt: skip
+    elif kind == "redistill":
+        from training.redistill import load_config, redistill
+
+        result = redistill(
+            load_config(spec["config"]), initial=spec["model"], ledger=spec["ledger"],
+            problems=Path(spec["problems"]), out_dir=out,
+        )  # fmt: skip
+    else:
+        raise ValueError(f"unknown step kind {kind!r}")
+    from accelerate import PartialState
+
+    if PartialState().is_main_process:
+        if spec.get("lineage") and kind != "sft":  # train_sft writes it itself; the others get it added here
+            stamp_lineage(out / "final", spec["lineage"])
+        io.write_json(spec_path.with_name("step_result.json"), json.loads(json.dumps(result, default=str)))
+
+
+def sft_step(run: Run, state: ChainState, name: str, out_dir: Path, data: Path) -> ChainState:
+    """SFT of the current model on ``data`` into ``out_dir`` in a fresh process (skipped when that folder holds a
+    finished run); the state's model becomes its ``final/``, waiting for its evaluation as step ``name``."""
+    from training.sft import METRICS
+
+    cfg = run.recipe.sft.run_config()
+    t0 = time.perf_counter()
+    if run_folder.finished(out_dir, METRICS) is None:
+        run_step({
+            "kind": "sft", "out": str(out_dir), "model": state.model, "data": str(data),
+            "config": dataclasses.asdict(cfg), "lineage": chain_lineage(run, state.iteration),
+        }, run.recipe.launch)  # fmt: skip
+    final = str(out_dir / "final")
+    pending = {"step": name, "model": final, "wall_s": time.perf_counter() - t0}
+    return dataclasses.replace(state, model=final, pending=pending)
+
+
+# --------------------------------------------------------------------------------------------------- data
+def pin_data(run: Run) -> dict[str, Any]:
+    """Copy what the run trains on into ``<run>/data/`` when training starts: the curriculum (plan.json and its
+    shards) or the train file, and the SFT rows. From then on the run reads only its copies, so another run that
+    re-curates the shared workspace (the same selection or curriculum name) cannot change this run's data, and its
+    model cards keep pointing at files whose content and hash do not change. Returns {name: sha256}; idempotent."""
+    recipe, ws, data = run.recipe, run.ws, run.run_dir / DATA
+    if recipe.curriculum and run.pinned("curriculum") is None:
+        source = ws.curriculum_dir(recipe.curriculum)
+        plan_path = source / "plan.json"
+        if not plan_path.is_file():
+            raise InputError(
+                f"curriculum {recipe.curriculum!r} has no plan.json at {plan_path}: run `curate curriculum`"
+            )
+        plan = json.loads(plan_path.read_text())
+        for entry in plan.get("stages") or []:
+            if entry.get("shard"):
+                _copy(source / entry["shard"], data / PINNED["curriculum"] / entry["shard"])
+        _copy(plan_path, data / PINNED["curriculum"] / "plan.json")  # last: a copy with its plan is whole
+    if recipe.train and run.pinned("train") is None:
+        _copy(resolve_path(ws, recipe.train), data / PINNED["train"])
+    if recipe.sft is not None and run.pinned("sft") is None:
+        source = resolve_path(ws, recipe.sft.data)
+        if not source.is_file():
+            raise InputError(f"sft.data {source} not found: run the curation (`curate solutions`) first")
+        _copy(source, data / PINNED["sft"])
+    record = data / PINNED_RECORD
+    if not record.is_file():
+        hashes = {str(p.relative_to(data)): file_hash(p) for p in sorted(data.rglob("*")) if p.is_file()}
+        sources = {"curriculum": str(ws.curriculum_dir(recipe.curriculum)) if recipe.curriculum else None,
+                   "train": str(resolve_path(ws, recipe.train)) if recipe.train else None,
+                   "sft": str(resolve_path(ws, recipe.sft.data)) if recipe.sft is not None else None}  # fmt: skip
+        io.write_json(record, {"sha256": hashes, "sources": {k: v for k, v in sources.items() if v}})
+    return json.loads(record.read_text())
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Copy a file atomically (temp file, then rename)."""
+    if not source.is_file():
+        raise InputError(f"{source} not found")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+
+
+# --------------------------------------------------------------------------------------------------- lineage
+def chain_lineage(run: Run, iteration: int = 0) -> dict[str, Any]:
+    """What every model of the run came from: pool, selection, curriculum (or train file), solutions table,
+    the resolved recipe and the run folder (the model card adds the code version). In CoScale iteration N the
+    solutions table is that iteration's export and its CoScale pools snapshot is named too."""
+    recipe, ws = run.recipe, run.ws
+    out: dict[str, Any] = {"pool": recipe.pool}
+    if recipe.curriculum:
+        folder = run.pinned("curriculum") or ws.curriculum_dir(recipe.curriculum)
+        plan_path = folder / "plan.json"
+        source = json.loads(plan_path.read_text()).get("source") or {} if plan_path.is_file() else {}
+        if source.get("selection"):
+            out["selection"] = str(ws.selection_dir(source["selection"]) / "selection.parquet")
+        out["curriculum"] = str(folder)
+    else:
+        out["train"] = str(run.pinned("train") or resolve_path(ws, str(recipe.train)))
+    if recipe.sft is not None:
+        out["solutions"] = str(run.pinned("sft") or resolve_path(ws, recipe.sft.data))
+    elif ws.table(recipe.pool, "solutions").is_file():
+        out["solutions"] = str(ws.table(recipe.pool, "solutions"))
+    note = run.chain().note("coscale", f"it{iteration}:solutions") if iteration else None
+    if note is not None:
+        from curate.solutions import export as solutions_export
+
+        out["solutions"] = str(Path(note["export"]) / solutions_export.SFT_FILE)
+        out["solution_pools"] = str(run.coscale_dir(iteration) / "solution_pools.parquet")
+        out["coscale_iteration"] = iteration
+    out["recipe"] = str(run.run_dir / RECIPE)
+    out["recipe_name"] = recipe.name
+    if recipe.curate_recipe:
+        out["curate_recipe"] = str(Path(recipe.curate_recipe).resolve())
+    out["run"] = str(run.run_dir)
+    record = run.run_dir / DATA / PINNED_RECORD
+    if record.is_file():  # the run's own copies: where they came from and their content hashes
+        out["data"] = json.loads(record.read_text())
+    return out
+
+
+def stamp_lineage(model_dir: str | Path, lineage: Mapping[str, Any]) -> bool:
+    """Add the chain's lineage to a model folder's ``lineage.json`` and card (kept data wins no key: a clashing
+    key of the step's own is kept as ``<kind>_<key>``). Returns False when it was there already."""
+    from training.card import read_lineage, write_model_card
+
+    have = read_lineage(model_dir)
+    data = dict(have.get("data") or {})
+    if all(data.get(k) == v for k, v in lineage.items()):
+        return False
+    merged = dict(lineage)
+    for key, value in data.items():
+        if key not in merged:
+            merged[key] = value
+        elif merged[key] != value:
+            merged[f"{have['kind']}_{key}"] = value
+    sources = list(have.get("sources") or [])
+    write_model_card(
+        model_dir, kind=have["kind"], base_model=have.get("base_model"), data=merged, recipe=have.get("recipe") or {},
+        metrics=have.get("metrics") or {}, parents=sources[1:],
+    )  # fmt: skip
+    return True
+
+
+if __name__ == "__main__":
+    step_main(Path(sys.argv[1]))

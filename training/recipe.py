@@ -1,0 +1,283 @@
+"""The training recipe (``training/recipes/<model>/<method>.yaml``): every section typed and checked at load.
+
+One question answered here: "is this recipe valid, and what does each setting resolve to?". Every section is a
+frozen dataclass built with curate's one strict loader (``curate.config.from_mapping``), so in any section (top
+level, ``tiny``, ``sft``, ``rl``, ``rl.sampler``, ``stages.<name>``, ``scale``, ``eval``, ``redistill``, ``fit``,
+``decide``) an unknown key fails at load time with the key, a "did you mean" and the allowed keys, and a number
+written ``1e-6`` is a float everywhere (the one numeric rule of ``curate.config``). Nothing here imports torch:
+a recipe is checked in milliseconds, before curation or any model work.
+
+Each section's type lives beside the step that uses it (``RLConfig`` in ``training.rl``, ``SFTRunConfig`` in
+``training.sft``, ``EvalConfig`` in ``training.evaluate``, ...), as curate keeps each stage's config beside its
+stage; this module composes them. The recipe's one ``seed`` reaches every section that takes a seed unless the
+section sets its own.
+
+    recipe = load_recipe("training/recipes/tiny/fastcurl.yaml", {"rl.learning_rate": "1e-4"})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from curate import io
+from curate.config import apply_overrides, from_mapping, read_yaml, unknown_key_error
+from curate.errors import ConfigError
+from training.evaluate import EvalConfig
+from training.redistill import RedistillConfig
+from training.rl import RLConfig, load_rl_config
+from training.scaling import FitConfig
+from training.sft import SFTRunConfig
+from training.tiny import TinyConfig
+
+
+# plan.json key -> RLConfig key (``kl`` is special: beta = kl_loss_coef when use_kl_loss, else 0). The recipe's
+# ``plan_fields`` names which of the plan's settings a run follows (``training.plan``).
+PLAN_TO_RL = {
+    "n": "num_generations",
+    "prompt_batch": "prompts_per_step",
+    "steps": "max_steps",
+    "max_response_length": "max_completion_length",
+    "max_prompt_length": "max_prompt_length",
+    "entropy_coef": "entropy_coef",
+    "lr": "learning_rate",
+    "temperature": "temperature",
+}
+PLAN_FIELDS = (*PLAN_TO_RL, "kl")
+SEEDED = ("tiny", "sft", "rl", "eval", "redistill")  # sections whose ``seed`` defaults to the recipe's
+
+
+@dataclass(frozen=True)
+class PlanScale:
+    """Shrink a paper's plan to the model at hand (recipe key ``scale``).
+
+    context / prompt_length / steps: factors on the plan's max_response_length, max_prompt_length and steps
+    (rounded, at least ``min_context`` tokens and 1 step). max_prompts_per_step / max_num_generations: caps.
+    """
+
+    context: float = 1.0
+    prompt_length: float = 1.0
+    steps: float = 1.0
+    min_context: int = 16
+    max_prompts_per_step: int | None = None
+    max_num_generations: int | None = None
+
+    def __post_init__(self) -> None:
+        if min(self.context, self.prompt_length, self.steps) <= 0:
+            raise ConfigError("scale.context, scale.prompt_length and scale.steps must be > 0")
+
+
+@dataclass(frozen=True)
+class SFTSection(SFTRunConfig):
+    """``sft``: an ``SFTRunConfig`` plus ``data``, the SFT rows (a ``curate solutions`` export's ``sft.parquet``;
+    a relative path is read from the workspace root when it exists there, else from the working directory)."""
+
+    data: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.data:
+            raise ConfigError("sft.data: the SFT rows (a `curate solutions` export's sft.parquet) are required")
+
+    def run_config(self) -> SFTRunConfig:
+        """The section without ``data``: what ``training.sft.train_sft`` takes."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(SFTRunConfig)}
+        return SFTRunConfig(**values)
+
+
+@dataclass(frozen=True)
+class EvalSection(EvalConfig):
+    """Held-out evaluation (``eval``): ``EvalConfig``'s settings (the one set of eval defaults, shared with
+    ``training eval``) plus where and when.
+
+    split: the pool's split to evaluate on (never the training problems). every: evaluate RL checkpoints every this
+    many steps (0: only each stage's final model). init_limit: at most this many problems for the starting model
+    (None: ``limit``); a model built from scratch scores 0 and samples to ``max_new_tokens`` every time, so
+    confirming that on a few problems saves minutes.
+    """
+
+    split: str = "test"
+    every: int = 0
+    init_limit: int | None = None
+
+    def config(self, limit: int | None = None) -> EvalConfig:
+        """The ``EvalConfig`` of one evaluation (``limit`` overrides the section's)."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(EvalConfig)}
+        return EvalConfig(**{**values, "limit": self.limit if limit is None else limit})
+
+
+@dataclass(frozen=True)
+class DecideSection:
+    """What the chain decides after each RL stage (recipe key ``decide``; without it every stage runs, once).
+
+    stop_margin: stop the pass when the fitted asymptote A is pinned down and within this of the measured pass rate.
+    coscale_iterations: CoScale iterations after the first pass (re-measure, solutions, SFT, RL on solvable).
+    rollout: ``curate rollout`` settings for re-measuring (``model`` is set to the current model; ``backend``
+    defaults to ``hf``). solutions: ``curate solutions`` settings over the curate recipe's section (``student``
+    and ``name`` are set per iteration; ``selection`` defaults to the curriculum's). Both are checked against
+    curate's own stage configs when the recipe loads (``training.coscale.validate``).
+    """
+
+    stop_margin: float = 0.02
+    coscale_iterations: int = 0
+    rollout: dict[str, Any] = field(default_factory=dict)
+    solutions: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.stop_margin < 0 or self.coscale_iterations < 0:
+            raise ConfigError("decide.stop_margin and decide.coscale_iterations must be >= 0")
+        if "model" in self.rollout or "student" in self.solutions:
+            raise ConfigError("decide.rollout.model / decide.solutions.student are set by the chain (current model)")
+
+
+@dataclass(frozen=True)
+class RunRecipe:
+    """A training recipe. Unknown keys fail at load time, in every section.
+
+    name: run name (folder ``runs/<name>``). pool: the workspace pool (held-out problems, ledger of training
+    rollouts). model: ``tiny`` (built from scratch, ``tiny`` section = ``training.tiny.TinyConfig``), a local
+    folder or a hub name. curate_recipe: a curation recipe run first (skip-if-done). curriculum: a curriculum
+    folder name (``curate curriculum --name``); or train: one prompt file for a single RL stage. sft: SFT on
+    verified solutions (``SFTSection``). rl: the ``RLConfig`` every stage starts from; plan_fields / scale /
+    stages: how the plan's settings and per-stage overrides (``stages.<name>``: any ``rl`` key) apply
+    (``training.plan``). redistill: re-distil the starting model on the last stage's correct rollouts. fit:
+    ``training.scaling.FitConfig``. decide: stop / CoScale decisions (``DecideSection``). seed: one seed for every
+    step. launch: the command that starts each training step instead of ``python``, e.g. ``[accelerate, launch,
+    --config_file, training/recipes/accelerate/zero2.yaml]`` for several GPUs.
+    """
+
+    name: str
+    pool: str
+    model: str = "tiny"
+    home: str | None = None
+    seed: int = 0
+    curate_recipe: str | None = None
+    curriculum: str | None = None
+    train: str | None = None
+    tiny: TinyConfig = field(default_factory=TinyConfig)
+    sft: SFTSection | None = None
+    rl: RLConfig = field(default_factory=RLConfig)
+    plan_fields: list[str] = field(default_factory=lambda: list(PLAN_FIELDS))
+    scale: PlanScale = field(default_factory=PlanScale)
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    only_stages: list[str] | None = None
+    eval: EvalSection = field(default_factory=EvalSection)
+    redistill: RedistillConfig | None = None
+    fit: FitConfig = field(default_factory=FitConfig)
+    decide: DecideSection | None = None
+    launch: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.curriculum) == bool(self.train):
+            raise ConfigError("recipe: give exactly one of `curriculum` (a plan) or `train` (one prompt file)")
+        unknown = [f for f in self.plan_fields if f not in PLAN_FIELDS]
+        if unknown:
+            raise unknown_key_error(unknown, set(PLAN_FIELDS), "plan_fields")
+        for name, section in self.stages.items():
+            stage_rl(self.rl, section, where=f"stages.{name}")  # every stage's keys and values, now
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved recipe as JSON-simple data (``recipe.json`` of a run)."""
+        import json
+
+        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+
+
+def stage_rl(base: RLConfig, *layers: Mapping[str, Any] | None, where: str = "rl") -> RLConfig:
+    """``base`` with ``layers`` of ``rl`` keys on top, in order (a nested ``sampler`` mapping is merged key by key),
+    validated as one ``RLConfig``: how the plan's fields and a ``stages.<name>`` section apply to the recipe's
+    ``rl``. Raises ``ConfigError`` naming ``where`` for an unknown key or a bad value."""
+    data = base.to_dict()
+    sampler = {k: v for k, v in data.pop("sampler").items() if k not in ("policy", "seed")}  # they follow rl's
+    for layer in layers:
+        layer = dict(layer or {})
+        if isinstance(layer.get("sampler"), Mapping):
+            sampler = {**sampler, **layer.pop("sampler")}
+        data.update(layer)
+    try:
+        return load_rl_config({**data, "sampler": sampler})
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace(" in rl", f" in {where}").replace("rl.", f"{where}.", 1)) from None
+
+
+def load_recipe(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunRecipe:
+    """Read and validate a training recipe; ``overrides`` are dotted ``key=value`` settings (``rl.max_steps``)
+    checked like the file's own keys. Raises ``ConfigError`` (one line) before any work."""
+    data = apply_overrides(read_yaml(path, "training recipe"), dict(overrides or {}))
+    return recipe_from_mapping(data)
+
+
+def recipe_from_mapping(data: Mapping[str, Any]) -> RunRecipe:
+    """``RunRecipe`` from a mapping (a YAML file's content), the recipe's ``seed`` put into every seeded section
+    that does not set one, and the ``decide`` sections checked against curate's stage configs."""
+    data = dict(data)
+    seed = data.get("seed", 0)
+    for key in SEEDED:
+        section = data.get(key)
+        if isinstance(section, Mapping) and "seed" not in section:
+            data[key] = {**section, "seed": seed}
+    if "rl" not in data:
+        data["rl"] = {"seed": seed}
+    if "tiny" not in data:
+        data["tiny"] = {"seed": seed}
+    if "eval" not in data:
+        data["eval"] = {"seed": seed}
+    recipe = from_mapping(RunRecipe, data, "recipe")
+    if recipe.curate_recipe:  # the curation recipe, every section of it, before any work
+        from curate import pipeline
+
+        pipeline.load_recipe(recipe.curate_recipe)
+    if recipe.decide is not None:  # as curate would read them (placeholder model): a typo fails now
+        from curate.rollout import stage as rollout_stage
+        from curate.solutions import stage as solutions_stage
+
+        rollout_stage.load_config(curate_recipe(recipe, "rollout", rollout_section(recipe, "<model>")))
+        solutions_stage.load_config(curate_recipe(recipe, "solutions", solutions_section(recipe, "<model>", 1, None)))
+    return recipe
+
+
+# --------------------------------------------------------------------------------------------------- CoScale
+def curate_recipe(recipe: RunRecipe, stage: str, section: Mapping[str, Any]) -> Any:
+    """A curate recipe that runs one stage on the run's pool: the curate recipe's (verify, seed, other sections)
+    with ``stage``'s section replaced (CoScale's re-measuring and solutions steps, ``training.coscale``)."""
+    from curate import config as curate_config
+
+    if recipe.curate_recipe:
+        base = curate_config.load_recipe(Path(recipe.curate_recipe))
+        configs = {**base.stage_configs, stage: dict(section)}
+        return dataclasses.replace(base, pool=recipe.pool, stages=(stage,), stage_configs=configs)
+    data = {"name": f"{recipe.name}-coscale", "pool": recipe.pool, "seed": recipe.seed, "stages": [stage],
+            stage: dict(section)}  # fmt: skip
+    return curate_config.recipe_from_mapping(data)
+
+
+def rollout_section(recipe: RunRecipe, model: str) -> dict[str, Any]:
+    """``curate rollout``'s section for re-measuring ``model``: ``decide.rollout`` (backend ``hf`` by default)."""
+    section = {"backend": "hf", **(recipe.decide.rollout if recipe.decide else {})}
+    return {**section, "model": model}
+
+
+def solutions_section(recipe: RunRecipe, model: str, iteration: int, selection: str | None) -> dict[str, Any]:
+    """``curate solutions``' section of CoScale iteration ``iteration``: the curate recipe's, ``decide.solutions``
+    over it, ``model`` as the student."""
+    base: dict[str, Any] = {}
+    if recipe.curate_recipe:
+        from curate import config as curate_config
+
+        base = curate_config.load_recipe(Path(recipe.curate_recipe)).stage_config("solutions")
+    section = {**base, **(recipe.decide.solutions if recipe.decide else {})}
+    if selection and not section.get("selection"):
+        section["selection"] = selection
+    section.pop("export", None)
+    return {**section, "student": model, "name": f"{recipe.name}-it{iteration}"}
+
+
+def resolve_path(ws: io.Workspace, value: str | Path) -> Path:
+    """Recipe paths: absolute, else relative to the workspace root when it exists there, else to the cwd."""
+    p = Path(value)
+    if p.is_absolute():
+        return p
+    return ws.root / p if (ws.root / p).exists() else p

@@ -1,0 +1,198 @@
+"""A training step's run folder: is it done, is it the same run, its last good checkpoint, its records.
+
+Every training step (``training sft``, ``training rl``, re-distillation) writes one folder of the same shape::
+
+    <identity file>    what makes the run (config, model, data hashes): a rerun with another identity is refused
+    checkpoints/checkpoint-N/   Trainer checkpoints (plus the step's own files, e.g. the RL sampler state) and
+                       files.json, written last: every file's size and sha256
+    final/             the trained model, its card and lineage; files.json for the weights and config
+    <result file>      written last: a folder with it (and a whole ``final/``) is done, and a rerun returns it
+
+The SFT and RL steps answer "skip, resume or refuse?" through these functions, so the rule is written once. A
+checkpoint or final model is used only when its files match ``files.json``: a truncated or damaged newest checkpoint
+is set aside (renamed ``bad-checkpoint-N``) with a warning and the newest whole one is used; a damaged ``final/``
+makes the step train again from its last whole checkpoint instead of being trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from curate import io
+from curate.errors import InputError
+from curate.manifest import file_hash
+
+
+CHECKPOINTS = "checkpoints"
+PREFIX = "checkpoint-"  # the Trainer's checkpoint folder names
+FINAL = "final"
+SAMPLER_STATE = "sampler_state.json"  # an RL checkpoint's curriculum position (training.grpo_trainer writes it)
+TRAINER_STATE = "trainer_state.json"
+FILES = "files.json"  # sizes and sha256 of a checkpoint's / final model's files, written after them
+WEIGHTS = ("*.safetensors", "*.bin", "config.json")  # what ``final/``'s record covers (the card may rewrite the rest)
+
+
+def claim(out_dir: Path, identity_file: str, identity: Mapping[str, Any], *, extra: Mapping[str, Any] | None = None,
+          write: bool = True) -> bool:  # fmt: skip
+    """Make ``out_dir`` this run's folder: refuse a folder holding another run (``InputError`` naming ``--out``),
+    else write ``identity`` (plus ``extra``) when it is new. Returns whether the folder held this run already."""
+    path = Path(out_dir) / identity_file
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        if {k: saved.get(k) for k in identity} != dict(identity):
+            raise InputError(
+                f"{out_dir} holds a run with another config, model or data; use a new --out folder "
+                "(or delete it to start over)"
+            )
+        return True
+    if write:
+        io.write_json(path, json.loads(json.dumps({**identity, **dict(extra or {})}, default=str)))
+    return False
+
+
+def finished(out_dir: Path, result_file: str) -> dict[str, Any] | None:
+    """The recorded result of a finished run (its ``result_file`` and a whole ``final/`` exist), else None. A
+    ``final/`` whose files do not match its record is reported and the run counts as not finished."""
+    out_dir = Path(out_dir)
+    result, final = out_dir / result_file, out_dir / FINAL
+    if not (result.is_file() and (final / "config.json").is_file()):
+        return None
+    problem = check_files(final)
+    if problem is not None:
+        _warn(f"{final} is damaged ({problem}); training it again from the last whole checkpoint")
+        result.unlink()
+        return None
+    return json.loads(result.read_text())
+
+
+def last_checkpoint(folder: Path, required: Sequence[str] = ()) -> Path | None:
+    """The newest whole checkpoint in ``folder``: ``checkpoint-N`` with ``files.json`` (written after everything
+    else), every file of ``required``, and every file matching its record. A kill during a save leaves no record
+    (skipped, the previous one is used); a checkpoint whose files no longer match (truncated, damaged) is set aside
+    as ``bad-checkpoint-N`` with a warning."""
+    for ckpt in reversed(checkpoints(folder)):
+        if not (ckpt / FILES).is_file() or not all((ckpt / name).is_file() for name in (*required, TRAINER_STATE)):
+            continue  # killed while saving: never complete
+        problem = check_files(ckpt)
+        if problem is None:
+            return ckpt
+        aside = ckpt.with_name(f"bad-{ckpt.name}")
+        shutil.rmtree(aside, ignore_errors=True)
+        ckpt.rename(aside)
+        _warn(f"{ckpt} is damaged ({problem}); set aside as {aside.name}, using the previous checkpoint")
+    return None
+
+
+def record_files(folder: Path, patterns: Sequence[str] = ("*",)) -> Path:
+    """Write ``folder/files.json``: size and sha256 of every file matching ``patterns`` (after they are written).
+    Files the writer left private (safetensors writes weights 0600) get the mode the umask gives other files."""
+    folder = Path(folder)
+    umask = os.umask(0)
+    os.umask(umask)
+    record = {}
+    for path in sorted({p for pattern in patterns for p in folder.glob(pattern) if p.is_file() and p.name != FILES}):
+        if path.stat().st_mode & 0o777 == 0o600 and umask != 0o177:
+            path.chmod(0o666 & ~umask)
+        record[path.name] = {"bytes": path.stat().st_size, "sha256": file_hash(path)}
+    return io.write_json(folder / FILES, record)
+
+
+def check_files(folder: Path) -> str | None:
+    """What is wrong with ``folder``'s files against ``files.json`` (a missing, resized or changed file), or None
+    when they match or the folder has no record (written before records existed)."""
+    record_path = Path(folder) / FILES
+    if not record_path.is_file():
+        return None
+    try:
+        record = json.loads(record_path.read_text())
+    except ValueError:
+        return f"{FILES} is unreadable"
+    for name, want in record.items():
+        path = Path(folder) / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != want["bytes"]:
+            return f"{name} has {path.stat().st_size} bytes, {want['bytes']} were written"
+        if file_hash(path) != want["sha256"]:
+            return f"{name} changed since it was written"
+    return None
+
+
+def save_callback() -> Any:
+    """A transformers ``TrainerCallback`` that writes ``files.json`` into each checkpoint right after the Trainer
+    saved it (SFT and RL trainers both take it), so ``last_checkpoint`` can tell a whole checkpoint."""
+    from transformers import TrainerCallback
+
+    class RecordCheckpoint(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                record_files(Path(args.output_dir) / f"{PREFIX}{state.global_step}")
+
+    return RecordCheckpoint()
+
+
+def check_model(model: str | Path) -> str:
+    """A step's starting model as transformers should load it: a local model folder (it must have ``config.json``
+    and match its ``files.json`` when it has one), or a hub id. A path that names no folder is an ``InputError``
+    here, in the project's words, instead of transformers' "Repo id must be in the form ..." traceback."""
+    text = str(model)
+    path = Path(text).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise InputError(f"{text} is not a model folder (no config.json)")
+        problem = check_files(path)
+        if problem is not None:
+            raise InputError(f"model folder {text} is damaged: {problem}")
+        return str(path)
+    if text.startswith((".", "/", "~")) or text.count("/") > 1 or "\\" in text or not text.strip():
+        raise InputError(f"model folder {text} does not exist (and it is not a hub id like Qwen/Qwen2.5-Math-1.5B)")
+    return text
+
+
+def load_tokenizer(model: str, **kwargs: Any) -> Any:
+    """``AutoTokenizer.from_pretrained(model)``; a hub id that cannot be loaded (offline, unknown, gated) is one
+    ``InputError`` line naming it."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(model, **kwargs)
+    except OSError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"cannot load model {model!r}: {first}") from None
+
+
+def _warn(message: str) -> None:
+    from curate.progress import log
+
+    log(f"warning: {message}")
+
+
+def checkpoints(folder: Path) -> list[Path]:
+    """Every ``checkpoint-N`` folder under ``folder`` in step order."""
+    folder = Path(folder)
+    found = [p for p in folder.glob(f"{PREFIX}*") if p.name[len(PREFIX) :].isdigit()] if folder.is_dir() else []
+    return sorted(found, key=checkpoint_step)
+
+
+def checkpoint_step(path: Path) -> int:
+    """N of ``checkpoint-N``."""
+    return int(Path(path).name.split("-")[-1])
+
+
+def stage_compute(stage_dir: Path) -> dict[int, float]:
+    """Cumulative tokens per step of one RL run folder (the compute axis), from its ``metrics.parquet``; the step
+    number itself where tokens were not logged."""
+    import polars as pl
+
+    path = Path(stage_dir) / "metrics.parquet"
+    if not path.is_file():
+        return {}
+    df = pl.read_parquet(path)
+    if "tokens" not in df.columns:
+        return {int(s): float(s) for s in df["step"].to_list()}
+    return dict(zip(df["step"].cast(int).to_list(), df["tokens"].fill_null(strategy="forward").to_list(), strict=True))
