@@ -15,18 +15,23 @@ from typing import Any
 import yaml
 
 
-def write_tiny_chain(tmp_path: Path, **train: Any) -> Path:
-    """Write ``curate.yaml`` and ``train.yaml`` into ``tmp_path``; return the training recipe's path."""
+def write_tiny_chain(tmp_path: Path, rl_source: bool = False, **train: Any) -> Path:
+    """Write ``curate.yaml`` and ``train.yaml`` into ``tmp_path``; return the training recipe's path.
+
+    rl_source: add a second training source ``t/rl`` (longer chains) that the SFT selection leaves out, for the
+    ``measure`` step's RL candidates."""
     curate_recipe = tmp_path / "curate.yaml"
+    rl = [{"path": "gen://arith?n=30&seed=2&max_level=1&min_ops=2&max_ops=3", "name": "t/rl", "split": "train"}]
     curate_recipe.write_text(yaml.safe_dump({
         "name": "t", "pool": "t", "seed": 0,
         "stages": ["ingest", "score", "select", "curriculum", "solutions"],
         "ingest": {"sources": [
             {"path": "gen://arith?n=40&seed=0&max_level=1", "name": "t/train", "split": "train"},
             {"path": "gen://arith?n=8&seed=1&max_level=1", "name": "t/eval", "split": "test"},
+            *(rl if rl_source else []),
         ]},
         "score": {"use_embeddings": False},
-        "select": {"size": 24, "name": "t", "plots": False, "clusters": 1},
+        "select": {"size": 24, "name": "t", "plots": False, "clusters": 1, "sources": ["t/train"]},
         "curriculum": {"name": "t", "plan": "fastcurl", "selection": "t"},
         "solutions": {"k": 2, "selection": "t"},
     }))  # fmt: skip

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from curate import io
-from curate.errors import CurateError, InputError
+from curate.errors import ConfigError, CurateError, InputError
 from curate.manifest import file_hash
 from training import run_folder
 from training.plan import StagePlan, plan_stages
@@ -180,6 +180,32 @@ def open_run(
     return Run(recipe, ws, run_dir.resolve(), echo)
 
 
+def check_launch(recipe: RunRecipe) -> None:
+    """What the recipe's ``launch`` needs, checked before any work: the launcher on PATH and, for an accelerate
+    config with ``distributed_type: DEEPSPEED``, DeepSpeed installed (one line naming the extra to install instead of
+    two stacked tracebacks after curation)."""
+    import importlib.util
+
+    import yaml
+
+    if not recipe.launch:
+        return
+    if shutil.which(recipe.launch[0]) is None:
+        raise ConfigError(f"launch: {recipe.launch[0]!r} is not on PATH (the recipe starts each step with it)")
+    args = list(recipe.launch)
+    config = args[args.index("--config_file") + 1] if "--config_file" in args[:-1] else None
+    if config is None:
+        return
+    if not Path(config).is_file():
+        raise ConfigError(f"launch: accelerate config {config} not found (paths are relative to where you run)")
+    settings = yaml.safe_load(Path(config).read_text()) or {}
+    if settings.get("distributed_type") == "DEEPSPEED" and importlib.util.find_spec("deepspeed") is None:
+        raise ConfigError(
+            f"launch: {config} runs DeepSpeed ZeRO, which is not installed: pip install -e '.[gpu,multigpu]' "
+            "(scripts/setup gpu does it on a box with several GPUs), or drop `launch` to train on one GPU"
+        )
+
+
 @contextlib.contextmanager
 def run_lock(run: Run, timeout: float | None = None) -> Iterator[None]:
     """Hold the run folder's lock (``run.lock``) while a chain writes it: a second ``training run`` on the same
@@ -322,13 +348,14 @@ def sft_step(run: Run, state: ChainState, name: str, out_dir: Path, data: Path) 
 
 
 # --------------------------------------------------------------------------------------------------- data
-def pin_data(run: Run) -> dict[str, Any]:
-    """Copy what the run trains on into ``<run>/data/`` when training starts: the curriculum (plan.json and its
-    shards) or the train file, and the SFT rows. From then on the run reads only its copies, so another run that
-    re-curates the shared workspace (the same selection or curriculum name) cannot change this run's data, and its
-    model cards keep pointing at files whose content and hash do not change. Returns {name: sha256}; idempotent."""
+def pin_data(run: Run, parts: tuple[str, ...] = ("sft", "curriculum", "train")) -> dict[str, Any]:
+    """Copy what the run trains on into ``<run>/data/``: the SFT rows when training starts, the curriculum
+    (plan.json and its shards) or the train file then too, or after ``measure`` built it. From then on the run
+    reads only its copies, so another run that re-curates the shared workspace (the same selection or curriculum
+    name) cannot change this run's data, and its model cards keep pointing at files whose content and hash do not
+    change. Returns the record (sources and sha256 of every copy); idempotent."""
     recipe, ws, data = run.recipe, run.ws, run.run_dir / DATA
-    if recipe.curriculum and run.pinned("curriculum") is None:
+    if "curriculum" in parts and recipe.curriculum and run.pinned("curriculum") is None:
         source = ws.curriculum_dir(recipe.curriculum)
         plan_path = source / "plan.json"
         if not plan_path.is_file():
@@ -340,21 +367,25 @@ def pin_data(run: Run) -> dict[str, Any]:
             if entry.get("shard"):
                 _copy(source / entry["shard"], data / PINNED["curriculum"] / entry["shard"])
         _copy(plan_path, data / PINNED["curriculum"] / "plan.json")  # last: a copy with its plan is whole
-    if recipe.train and run.pinned("train") is None:
+    if "train" in parts and recipe.train and run.pinned("train") is None:
         _copy(resolve_path(ws, recipe.train), data / PINNED["train"])
-    if recipe.sft is not None and run.pinned("sft") is None:
+    if "sft" in parts and recipe.sft is not None and run.pinned("sft") is None:
         source = resolve_path(ws, recipe.sft.data)
         if not source.is_file():
             raise InputError(f"sft.data {source} not found: run the curation (`curate solutions`) first")
         _copy(source, data / PINNED["sft"])
     record = data / PINNED_RECORD
-    if not record.is_file():
-        hashes = {str(p.relative_to(data)): file_hash(p) for p in sorted(data.rglob("*")) if p.is_file()}
+    if not record.is_file() or set(json.loads(record.read_text())["sha256"]) != _copies(data):
+        hashes = {name: file_hash(data / name) for name in sorted(_copies(data))}
         sources = {"curriculum": str(ws.curriculum_dir(recipe.curriculum)) if recipe.curriculum else None,
                    "train": str(resolve_path(ws, recipe.train)) if recipe.train else None,
                    "sft": str(resolve_path(ws, recipe.sft.data)) if recipe.sft is not None else None}  # fmt: skip
         io.write_json(record, {"sha256": hashes, "sources": {k: v for k, v in sources.items() if v}})
     return json.loads(record.read_text())
+
+
+def _copies(data: Path) -> set[str]:
+    return {str(p.relative_to(data)) for p in data.rglob("*") if p.is_file() and p.name != PINNED_RECORD}
 
 
 def _copy(source: Path, target: Path) -> None:
@@ -423,7 +454,7 @@ def stamp_lineage(model_dir: str | Path, lineage: Mapping[str, Any]) -> bool:
     sources = list(have.get("sources") or [])
     write_model_card(
         model_dir, kind=have["kind"], base_model=have.get("base_model"), data=merged, recipe=have.get("recipe") or {},
-        metrics=have.get("metrics") or {}, parents=sources[1:],
+        metrics=have.get("metrics") or {}, parents=sources[1:], evaluation=have.get("evaluation"),
     )  # fmt: skip
     return True
 

@@ -127,7 +127,8 @@ def fit(
     as_json: Annotated[bool, typer.Option("--json", help="Print fit.json's content.")] = False,
 ) -> None:
     """Fit ScaleRL's sigmoid R(C) to an eval curve; writes fit.json (and fit.png) beside it and prints A, B, C_mid."""
-    from training.scaling import FitConfig, fit_run
+    from training.plots import fit_run
+    from training.scaling import FitConfig
 
     cfg = FitConfig(skip_frac=skip_frac, min_compute=min_compute, r0=r0, near_margin=margin, compute_unit=unit)
     try:
@@ -325,7 +326,9 @@ def show(
     run_dir: Annotated[Path, typer.Argument(help="A run folder (training run) or a model folder with lineage.json.")],
     as_json: _JsonOpt = False,
 ) -> None:
-    """A run's chain (each step's model, held-out pass rate, wall time) or a model's lineage."""
+    """A run's chain (a table of steps: held-out pass@1 ± SE, problems, wall time), RL's paired gain over SFT, the
+    fit and the lineage; or a model folder's lineage. ``--json`` prints everything recorded (chain.json, the whole
+    fit.json, the gain)."""
     from training.card import read_lineage
 
     chain = run_dir / "chain.json"
@@ -333,7 +336,7 @@ def show(
         payload = json.loads(chain.read_text())
         fit = run_dir / "fit.json"
         if fit.is_file():
-            payload["fit"] = json.loads(fit.read_text()).get("advice")
+            payload["fit"] = json.loads(fit.read_text())
         summary = run_dir / "summary.json"
         if summary.is_file():
             payload["gain_over_sft"] = json.loads(summary.read_text()).get("gain_over_sft")
@@ -346,19 +349,102 @@ def show(
     if as_json:
         sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
         return
-    for step in payload.get("steps", []):
-        typer.echo(
-            f"{step['step']:<24} pass@1 {step.get('pass_at_1', float('nan')):.3f} ± {step.get('stderr', 0):.3f}  "
-            f"{step.get('wall_s', 0):>6.0f} s  {step['model']}"
+    lines = _show_run(run_dir, payload) if chain.is_file() else _show_model(run_dir, payload)
+    for line in lines:
+        typer.echo(line)
+
+
+def _show_run(run_dir: Path, payload: dict) -> list[str]:
+    """``training show RUN``: the steps table, the paired gain, the fit line, the decisions, the lineage."""
+    from training.card import short_path, workspace_root
+    from training.scaling import summary_line
+
+    run = run_dir.resolve()
+    root = workspace_root(run)
+    steps = payload.get("steps") or []
+    width = max([len("step"), *(len(str(s["step"])) for s in steps)])
+    lines = [
+        f"run {run.name}: {run}",
+        "",
+        f"{'step':<{width}}  {'pass@1 ± SE':<15} {'n':>5} {'k':>3} {'wall':>8}  model",
+    ]
+    for s in steps:
+        rate = s.get("pass_at_1")
+        score = f"{rate:.3f} ± {s.get('stderr') or 0:.3f}" if isinstance(rate, int | float) else "-"
+        lines.append(
+            f"{s['step']:<{width}}  {score:<15} {s.get('n_problems', '-'):>5} {s.get('k', '-'):>3} "
+            f"{_duration(s.get('wall_s')):>8}  {short_path(s.get('model'), root, run)}"
         )
     gain = payload.get("gain_over_sft")
     if gain:
-        typer.echo(f"{gain['after']} - sft: {gain['gain']:+.3f} ± {gain['stderr']:.3f} (paired SE over "
-                   f"{gain['n_problems']} problems), z = {gain['z']:.1f}")  # fmt: skip
-    if "steps" not in payload:
-        _report(payload, False)
-    elif payload.get("fit"):
-        typer.echo(f"fit: {payload['fit']}")
+        lines += ["", f"{gain['after']} - sft on the same {gain['n_problems']} problems: {gain['gain']:+.3f} ± "
+                  f"{gain['stderr']:.3f} (paired SE), z = {gain['z']:.1f}"]  # fmt: skip
+    fit = payload.get("fit") or {}
+    advice = fit.get("advice")
+    if advice:
+        text = advice.get("summary") or (summary_line(advice, fit["fit"]) if "gain_4x_band" in advice else None)
+        lines += ["", f"fit: {text or advice.get('message')}"]
+    decisions = (payload.get("notes") or {}).get("decisions") or []
+    for d in decisions:
+        lines.append(f"decide after {d.get('after', d.get('name'))}: {d.get('action')}: {d.get('reason')}")
+    lineage = payload.get("lineage") or {}
+    if lineage:
+        where = f"the workspace {root}" if root is not None else "where they are"
+        lines += ["", f"lineage (paths relative to {where}):"]
+        lines += [f"  {k}: {_show_value(short_path(v, root))}" for k, v in lineage.items()]
+    lines += ["", f"figures: {', '.join(p.name for p in sorted(run.glob('*.png'))) or 'none'}; --json for everything"]
+    return lines
+
+
+def _show_model(model_dir: Path, lineage: dict) -> list[str]:
+    """``training show MODEL``: what made it, its chain, its evaluation, then data / recipe / metrics as
+    ``key: value`` lines (nested keys dotted, paths relative to the workspace)."""
+    from training.card import _chain, _eval_text, _shorten, short_path, workspace_root
+
+    model = model_dir.resolve()
+    root = workspace_root(model, (lineage.get("data") or {}).get("run"))
+    base = short_path(lineage.get("base_model"), root) or "a random initialisation"
+    lines = [f"model: {model}", f"made by: {lineage['kind']} from {base} on {lineage.get('created_at')}"]
+    chain = _chain(_shorten(lineage, root))
+    if chain:
+        lines.append("chain: " + " -> ".join(step.replace("`", "") for step in chain))
+    if lineage.get("evaluation"):
+        lines.append(f"held-out pass@1: {_eval_text(lineage['evaluation'])}")
+    code = lineage.get("code") or {}
+    commit = code.get("git_commit")
+    lines.append(f"code: curate-rl {code.get('curate_rl')}" + (f", git {commit[:10]}" if commit else "")
+                 + (" (uncommitted changes)" if code.get("git_dirty") else ""))  # fmt: skip
+    where = f"the workspace {root}" if root is not None else "where they are"
+    for section in ("data", "recipe", "metrics"):
+        items = _flatten(lineage.get(section) or {})
+        if items:
+            lines += ["", f"{section}:" + (f" (paths relative to {where})" if section == "data" else "")]
+            lines += [f"  {k}: {_show_value(short_path(v, root))}" for k, v in items]
+    return lines
+
+
+def _flatten(mapping: dict, prefix: str = "") -> list[tuple[str, object]]:
+    """Nested mappings as ``(dotted.key, value)`` pairs, in order."""
+    out: list[tuple[str, object]] = []
+    for key, value in mapping.items():
+        if isinstance(value, dict) and value:
+            out += _flatten(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
+
+
+def _show_value(value: object, limit: int = 110) -> str:
+    text = json.dumps(value, default=str) if isinstance(value, dict | list | bool) or value is None else str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _duration(seconds: float | None) -> str:
+    if not isinstance(seconds, int | float):
+        return "-"
+    if seconds < 100:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 @app.callback()

@@ -134,6 +134,28 @@ class DecideSection:
 
 
 @dataclass(frozen=True)
+class MeasureSection:
+    """Before RL, the SFT model's own pass rates over the RL candidates (recipe key ``measure``): ``curate rollout``
+    of the SFT model (``rollout``: curate's rollout settings, ``backend`` hf by default, ``model`` set by the
+    chain), then ``curate score`` with that model as the evidence (``score``: over the curate recipe's section),
+    ``curate select`` (``select``: over the curate recipe's; ``name`` defaults to ``<curriculum>``) and ``curate
+    curriculum`` (``curriculum``: over the curate recipe's; its ``name`` is the recipe's ``curriculum`` and its
+    ``selection`` the one just made). So DES ranks by the SFT model's real difficulty, the curriculum's bands are
+    that model's, and RL trains on problems at its edge of competence. Each mapping is checked against curate's
+    stage config when the recipe loads.
+    """
+
+    rollout: dict[str, Any] = field(default_factory=dict)
+    score: dict[str, Any] = field(default_factory=dict)
+    select: dict[str, Any] = field(default_factory=dict)
+    curriculum: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if "model" in self.rollout or "model" in dict(self.score.get("evidence") or {}):
+            raise ConfigError("measure.rollout.model / measure.score.evidence.model are set by the chain (SFT model)")
+
+
+@dataclass(frozen=True)
 class RunRecipe:
     """A training recipe. Unknown keys fail at load time, in every section.
 
@@ -144,7 +166,9 @@ class RunRecipe:
     verified solutions (``SFTSection``). rl: the ``RLConfig`` every stage starts from; plan_fields / scale /
     stages: how the plan's settings and per-stage overrides (``stages.<name>``: any ``rl`` key) apply
     (``training.plan``). redistill: re-distil the starting model on the last stage's correct rollouts. fit:
-    ``training.scaling.FitConfig``. decide: stop / CoScale decisions (``DecideSection``). seed: one seed for every
+    ``training.scaling.FitConfig``. decide: stop / CoScale decisions (``DecideSection``). measure: the SFT model's
+    own pass rates over the RL candidates before RL, and the curriculum built from them (``MeasureSection``; needs
+    ``sft``, ``curriculum`` and ``curate_recipe``). seed: one seed for every
     step. launch: the command that starts each training step instead of ``python``, e.g. ``[accelerate, launch,
     --config_file, training/recipes/accelerate/zero2.yaml]`` for several GPUs.
     """
@@ -168,6 +192,7 @@ class RunRecipe:
     redistill: RedistillConfig | None = None
     fit: FitConfig = field(default_factory=FitConfig)
     decide: DecideSection | None = None
+    measure: MeasureSection | None = None
     launch: list[str] | None = None
 
     def __post_init__(self) -> None:
@@ -176,6 +201,8 @@ class RunRecipe:
         unknown = [f for f in self.plan_fields if f not in PLAN_FIELDS]
         if unknown:
             raise unknown_key_error(unknown, set(PLAN_FIELDS), "plan_fields")
+        if self.measure is not None and not (self.sft and self.curriculum and self.curate_recipe):
+            raise ConfigError("recipe: `measure` needs `sft`, `curriculum` (the one it builds) and `curate_recipe`")
         for name, section in self.stages.items():
             stage_rl(self.rl, section, where=f"stages.{name}")  # every stage's keys and values, now
 
@@ -230,6 +257,11 @@ def recipe_from_mapping(data: Mapping[str, Any]) -> RunRecipe:
         from curate import pipeline
 
         pipeline.load_recipe(recipe.curate_recipe)
+    if recipe.measure is not None:  # as curate would read them (placeholder model): a typo fails now
+        from curate import pipeline
+
+        for stage, section in measure_sections(recipe, "<model>").items():
+            pipeline.validate(curate_recipe(recipe, stage, section))
     if recipe.decide is not None:  # as curate would read them (placeholder model): a typo fails now
         from curate.rollout import stage as rollout_stage
         from curate.solutions import stage as solutions_stage
@@ -252,6 +284,23 @@ def curate_recipe(recipe: RunRecipe, stage: str, section: Mapping[str, Any]) -> 
     data = {"name": f"{recipe.name}-coscale", "pool": recipe.pool, "seed": recipe.seed, "stages": [stage],
             stage: dict(section)}  # fmt: skip
     return curate_config.recipe_from_mapping(data)
+
+
+def measure_sections(recipe: RunRecipe, model: str) -> dict[str, dict[str, Any]]:
+    """The curate sections of the ``measure`` step for ``model`` (the SFT model), in the order they run: rollout,
+    score (that model as the evidence), select and curriculum (the recipe's ``curriculum``, from that selection)."""
+    from curate import config as curate_config
+
+    assert recipe.measure is not None and recipe.curriculum and recipe.curate_recipe
+    base = curate_config.load_recipe(Path(recipe.curate_recipe))
+    m = recipe.measure
+    score = {**base.stage_config("score"), **m.score}
+    score["evidence"] = {**dict(score.get("evidence") or {}), "model": model}
+    select = {**base.stage_config("select"), "name": recipe.curriculum, **m.select}
+    curriculum = {**base.stage_config("curriculum"), **m.curriculum, "name": recipe.curriculum}
+    curriculum["selection"] = select["name"]
+    rollout = {"backend": "hf", **m.rollout, "model": model, "run_tag": "chain"}
+    return {"rollout": rollout, "score": score, "select": select, "curriculum": curriculum}
 
 
 def rollout_section(recipe: RunRecipe, model: str) -> dict[str, Any]:

@@ -69,6 +69,7 @@ from training.chain import (
     ChainState,
     Run,
     chain_lineage,
+    check_launch,
     open_run,
     pin_data,
     run_lock,
@@ -153,7 +154,9 @@ def curation(run: Run) -> list[dict[str, Any]]:
 def init_model(run: Run) -> ChainState:
     """The starting model: built (``tiny``, skipped when its card exists) or resolved (folder / hub name)."""
     recipe = run.recipe
-    pin_data(run)  # from here on the run reads only its own copies of the curriculum and the SFT rows
+    # from here on the run reads only its own copies of the SFT rows and the curriculum (``measure`` builds the
+    # curriculum after SFT and pins it then)
+    pin_data(run, ("sft",) if recipe.measure is not None else ("sft", "curriculum", "train"))
     run.chain().set_lineage(chain_lineage(run))
     t0 = time.perf_counter()
     if recipe.model == "tiny":
@@ -179,6 +182,29 @@ def sft(run: Run, state: ChainState) -> ChainState:
         return state
     data = run.pinned("sft") or resolve_path(run.ws, run.recipe.sft.data)
     return sft_step(run, state, "sft", run.run_dir / "sft", data)
+
+
+def measure(run: Run, state: ChainState) -> ChainState:
+    """Before RL (recipe key ``measure``): ``curate rollout`` of the current (SFT) model over the RL candidates,
+    ``curate score`` with those rollouts as the evidence, ``curate select`` and ``curate curriculum`` into the
+    recipe's curriculum, then pin that curriculum into the run folder. Recorded as the ``measure`` note of
+    ``chain.json`` (rollout summary, pass-rate spread, selection, curriculum) and skipped once recorded."""
+    from curate import pipeline
+    from training.recipe import curate_recipe, measure_sections
+
+    chain = run.chain()
+    if run.recipe.measure is None or chain.note("measure", "sft") is not None:
+        return state
+    t0 = time.perf_counter()
+    record: dict[str, Any] = {"model": state.model}
+    for stage, section in measure_sections(run.recipe, state.model).items():
+        result = pipeline.run_stage(stage, run.ws, curate_recipe(run.recipe, stage, section)).to_dict()
+        record[stage] = json.loads(json.dumps(result.get("summary") or {}, default=str))
+        run.echo(f"[chain] measure: {stage} [{result['wall_s']:.0f} s]")
+    pinned = pin_data(run, ("curriculum",))
+    chain.note("measure", "sft", {**record, "wall_s": round(time.perf_counter() - t0, 1), "pinned": pinned})
+    chain.set_lineage(chain_lineage(run))  # now naming the measured curriculum
+    return state
 
 
 def rl_stage(run: Run, state: ChainState, stage: StagePlan) -> ChainState:
@@ -267,6 +293,7 @@ def evaluate_model(run: Run, state: ChainState) -> ChainState:
     rec = {"step": p["step"], "model": p["model"], "wall_s": round(p["wall_s"] + time.perf_counter() - t0, 1),
            **ev, **extra}  # fmt: skip
     chain.put(rec)
+    _card_evaluation(run, p, ev)
     if rl:
         append_eval(run.run_dir, p["offset_step"] + p["rl_steps"], p["eval_compute"], rec)
     run.echo(f"[chain] {p['step']:<24} held-out pass@1 = {ev['pass_at_1']:.3f} ± {ev['stderr']:.3f} "
@@ -275,6 +302,17 @@ def evaluate_model(run: Run, state: ChainState) -> ChainState:
 
 
 # --------------------------------------------------------------------------------------------------- decisions
+def _card_evaluation(run: Run, pending: Mapping[str, Any], ev: Mapping[str, Any]) -> None:
+    """The held-out result in the evaluated model's card (model-index) and ``lineage.json``."""
+    from training.card import LINEAGE, record_evaluation
+
+    if (Path(pending["model"]) / LINEAGE).is_file():
+        sec = run.recipe.eval
+        result = {k: ev[k] for k in ("pass_at_1", "stderr", "n_problems", "k")}
+        how = {"temperature": sec.temperature, "max_new_tokens": sec.max_new_tokens, "split": sec.split}
+        record_evaluation(pending["model"], {**result, **how, "dataset": run.recipe.pool, "step": pending["step"]})
+
+
 def decision(fit: Mapping[str, Any] | None, pass_now: float, margin: float) -> dict[str, Any]:
     """The stop/continue rule (pure; see the module docstring). ``fit`` is ``Fit.to_dict()`` or None (no fit)."""
     if not fit:
@@ -340,18 +378,18 @@ def fit_and_plot(run: Run, state: ChainState) -> dict[str, Any]:
     """The sigmoid fit of the whole eval curve (``fit.json``, ``fit.png`` with its extrapolation), the learning
     curves of every RL stage (``training.png``) and the eval curve (``eval.png``). Recomputed on every call (about
     a second): its inputs grow with the run."""
-    from training.plots import plot_eval, plot_training
-    from training.scaling import fit_run
+    from training.plots import fit_run, plot_eval, plot_plan, plot_training
 
     out: dict[str, Any] = {}
     _chain_metrics(run)
-    figures = [p for p in (plot_training(run.run_dir), plot_eval(run.run_dir)) if p is not None]
+    drawn = (plot_training(run.run_dir), plot_eval(run.run_dir), plot_plan(run.run_dir))
+    figures = [p for p in drawn if p is not None]
     if (run.run_dir / "eval.parquet").is_file():
         try:
             fit = fit_run(run.run_dir, run.recipe.fit)
             out["fit"] = fit
             figures.append(Path(fit["plot"]))
-            run.echo(f"[chain] fit: {json.dumps(fit.get('advice', fit), default=str)[:300]}")
+            run.echo(f"[chain] fit: {fit['advice']['summary']}")
         except (ValueError, RuntimeError) as exc:  # too few points for a fit: say so, keep the run
             out["fit"] = {"error": str(exc)}
             run.echo(f"[chain] fit skipped: {exc}")
@@ -409,6 +447,7 @@ def run_chain(
     the curation step (the flow runs it as its own subflow and passes False). ``timings`` in the summary: per step,
     ``wall_s`` inside the step function and ``call_s`` around ``call`` (the difference is the caller's overhead).
     """
+    check_launch(recipe)
     run = open_run(recipe, home, out, echo)
     with run_lock(run):
         return _run_steps(run, call, curate)
@@ -443,14 +482,21 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
     from training.evaluate import heldout_problems
 
     heldout_problems(run.ws, recipe.pool, split=recipe.eval.split, limit=recipe.eval.limit)  # fails before training
-    stages = run.stages()  # validated before any model work (the run's pinned copy once training started)
+    # validated before any model work (the run's pinned copy once training started); with ``measure`` the curriculum
+    # is built after SFT, so its stages are known then
+    stages = run.stages() if recipe.measure is None else []
 
     # 2. the starting model, 3. SFT
     state = step("init", init_model, run)
+    if recipe.measure is None:
+        stages = run.stages()  # the run's pinned copy from here on (init pinned it), on this run and on a resume
     state = step("eval init", evaluate_model, run, state)
     if recipe.sft is not None:
         state = step("sft", sft, run, state)
         state = step("eval sft", evaluate_model, run, state)
+    if recipe.measure is not None:
+        state = step("measure", measure, run, state)
+        stages = run.stages()
 
     # 4. RL stages, each evaluated and (with ``decide``) decided on; then CoScale iterations
     while True:

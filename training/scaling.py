@@ -28,6 +28,12 @@ nonlinear least-squares fit; each parameter's band is its range over those point
 band shrinks to the grid resolution, reported beside it. ScaleRL treats differences in A below 0.02 as noise (three
 repeated runs varied by +-0.015), which is the default margin of the advice.
 
+The advice (``advise``) judges by what the fit predicts at 4x the compute and by its band, and never contradicts its
+numbers: "keep going" only with a predicted gain of at least the margin; a fit with a parameter at its grid edge or
+a band over most of [0, 1] (``uninformative``) is called "fit uninformative" unless every curve in its band agrees.
+``summary_line`` is the one line ``training run`` and ``training show`` print. The fit of a run folder (``fit.json``)
+and its figure, which draws no band for an uninformative fit, are ``training.plots.fit_run`` / ``fit_figure``.
+
 Worked example (METHODS.md 4.5, ScaleRL 8B): A=0.610, B=1.92, C_mid=2542 GPU-h with R0=0.3 gives 0.579 at 8k and
 0.601 at 16k GPU-h. Fitted (skip_frac 0.1) on that curve sampled every 400 GPU-h up to 8k, the grid gives A=0.615,
 B=1.87, C_mid=2601 and predicts 0.605 at 16k.
@@ -35,12 +41,11 @@ B=1.87, C_mid=2601 and predicts 0.605 at 16k.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,6 +55,9 @@ COMPUTE = "compute"
 PASS_AT_1 = "pass_at_1"
 NEAR = "asymptote near"
 KEEP_GOING = "keep going"
+LITTLE_GAIN = "little gain"
+UNINFORMATIVE = "fit uninformative"
+WIDE = 0.5  # a band at least this wide on the pass-rate scale [0, 1] says nothing (``uninformative``)
 
 
 # --------------------------------------------------------------------------------------------------- config
@@ -342,34 +350,93 @@ def fit_sigmoid(compute: Any, pass_at_1: Any, cfg: FitConfig = FitConfig()) -> F
 
 
 # --------------------------------------------------------------------------------------------------- advice
+def uninformative(fit: Fit, cfg: FitConfig = FitConfig()) -> list[str]:
+    """Why the fit cannot be trusted, one short reason each (empty: it can): no error band, a parameter whose band
+    reaches its grid edge or range bound, an A band or a 4x prediction band spanning most of [0, 1] (``WIDE``), or
+    no fitted point above R0."""
+    reasons = []
+    if fit.band is None:
+        reasons.append(f"no error band ({fit.n_fit} points for 3 parameters)")
+    band = fit.band or {}
+    if "A" in fit.band_at_edge:
+        reasons.append(f"A's band hits the grid edge ({cfg.a_max:g})")
+    if "B" in fit.band_at_edge or not cfg.b_min * 1.001 < fit.B < cfg.b_max * 0.999:
+        reasons.append(f"B at its bound ({fit.B:.3g}; range {cfg.b_min:g}-{cfg.b_max:g})")
+    if "C_mid" in fit.band_at_edge:
+        reasons.append("C_mid's band hits the grid edge")
+    if "A" in band and band["A"][1] - band["A"][0] >= WIDE:
+        reasons.append(f"A's {fit.band_level:.0%} band [{band['A'][0]:.3f}, {band['A'][1]:.3f}] spans most of [0, 1]")
+    elif fit.band_params is not None and fit.compute:
+        lo, hi = extrapolate_band(fit, 4 * max(fit.compute))
+        if float(hi[0] - lo[0]) >= WIDE:
+            reasons.append(f"the 4x prediction band [{float(lo[0]):.3f}, {float(hi[0]):.3f}] spans most of [0, 1]")
+    fitted = [y for c, y in zip(fit.compute, fit.pass_at_1, strict=True) if c >= fit.skip_below and c > 0]
+    if fitted and max(fitted) <= fit.R0:
+        reasons.append(f"no fitted point above R0={fit.R0:.3f}")
+    return reasons
+
+
 def advise(fit: Fit, margin: float | None = None, cfg: FitConfig = FitConfig()) -> dict[str, Any]:
-    """Whether more compute is worth it: "asymptote near" when the fitted pass rate at the last measured compute is
-    within ``margin`` of A, else "keep going" with the predicted pass rate and gain at 2x and 4x the compute so far.
+    """Whether more compute is worth it, judged by what the fit predicts at 4x the compute so far (and its band).
+
+    - "keep going": 4x the compute is predicted to gain at least ``margin`` over the fitted pass rate now, and either
+      the fit is informative (``uninformative`` gives no reason against it) or every curve in its band rises (a curve
+      that has not bent yet: the trend is clear, A is not);
+    - "asymptote near": the predicted gain is below ``margin`` and A lies within ``margin`` of the fitted pass rate
+      (or, for a fit that is otherwise uninformative, every curve in the band gains less than ``margin``);
+    - "little gain": the predicted gain is below ``margin`` although A lies further above (the curve rises too
+      slowly for 4x the compute to show);
+    - "fit uninformative": the band straddles the margin and the fit cannot be trusted (the reasons are listed).
+
+    The verdict never contradicts the numbers beside it: "keep going" always comes with a predicted gain of at least
+    ``margin``. ``summary`` is the one-line report (``training run`` prints it after ``[chain] fit:``).
     """
     margin = cfg.near_margin if margin is None else margin
     c_now = max(fit.compute) if fit.compute else fit.C_mid
     now = float(extrapolate(fit, c_now))
     at2, at4 = float(extrapolate(fit, 2 * c_now)), float(extrapolate(fit, 4 * c_now))
+    lo4, hi4 = (float(v[0]) for v in extrapolate_band(fit, 4 * c_now))
+    gain, gain_lo, gain_hi = at4 - now, min(lo4, at4) - now, max(hi4, at4) - now
     gap = fit.A - now
+    reasons = uninformative(fit, cfg)
+    banded = fit.band_params is not None and len(fit.band_params) > 0
     unit = fit.compute_unit
-    if gap < margin and "A" not in fit.band_at_edge:
-        verdict = NEAR
-        message = (
-            f"asymptote near: fitted pass rate {now:.3f} at {c_now:g} {unit} is within {margin:g} of A={fit.A:.3f}; "
-            f"4x the compute buys {at4 - now:+.3f}. Change what moves A (loss, batch size, generation length, data) "
-            "rather than adding compute."
-        )
-    else:
+    where = f"fitted pass rate {now:.3f} at {human(c_now)} {unit}"
+    if gain >= margin and (not reasons or (banded and gain_lo > 0)):
         verdict = KEEP_GOING
         message = (
-            f"keep going: fitted pass rate {now:.3f} at {c_now:g} {unit}, A={fit.A:.3f}; predicted {at2:.3f} at 2x "
-            f"({at2 - now:+.3f}) and {at4:.3f} at 4x ({at4 - now:+.3f})."
+            f"keep going: {where}; predicted {at2:.3f} at 2x ({at2 - now:+.3f}) and {at4:.3f} at 4x ({gain:+.3f}, "
+            f"band {gain_lo:+.3f} to {gain_hi:+.3f}), A={fit.A:.3f}."
         )
-        if "A" in fit.band_at_edge:
-            message += " The asymptote is not pinned down yet (its band reaches the grid edge)."
-    return {
+        if reasons:
+            message += (
+                f" Every curve in the band rises, but the fit is loose ({'; '.join(reasons)}): trust the trend, not A."
+            )
+    elif gain < margin and (not reasons or (banded and gain_hi < margin)):
+        verdict = NEAR if gap < margin or reasons else LITTLE_GAIN
+        if verdict == NEAR:
+            message = (
+                f"asymptote near: {where} is within {max(gap, 0.0):.3f} of A={fit.A:.3f}; 4x the compute buys "
+                f"{gain:+.3f} (band {gain_lo:+.3f} to {gain_hi:+.3f}), below the margin {margin:g}. Change what "
+                "moves A (loss, batch size, generation length, data) rather than adding compute."
+            )
+        else:
+            message = (
+                f"little gain: {where}; 4x the compute buys only {gain:+.3f} (below the margin {margin:g}) although "
+                f"A={fit.A:.3f} lies {gap:.3f} above: the curve rises too slowly (B={fit.B:.3g}, "
+                f"C_mid={human(fit.C_mid)} {unit}). Change what moves the efficiency rather than adding compute."
+            )
+    else:
+        verdict = UNINFORMATIVE
+        message = (
+            f"fit uninformative: {'; '.join(reasons)}. {where[0].upper() + where[1:]}, 4x the compute predicts "
+            f"{gain:+.3f} (band {gain_lo:+.3f} to {gain_hi:+.3f}): the data do not say whether more compute helps. "
+            "Evaluate more often (eval.every) or train further before reading A or the advice."
+        )
+    advice = {
         "verdict": verdict,
         "message": message,
+        "uninformative": reasons,
         "compute_now": c_now,
         "fitted_now": now,
         "gap_to_A": gap,
@@ -377,98 +444,54 @@ def advise(fit: Fit, margin: float | None = None, cfg: FitConfig = FitConfig()) 
         "at_2x": at2,
         "at_4x": at4,
         "gain_2x": at2 - now,
-        "gain_4x": at4 - now,
+        "gain_4x": gain,
+        "gain_4x_band": [gain_lo, gain_hi],
+        "compute_unit": unit,
     }
+    advice["summary"] = summary_line(advice, fit.to_dict())
+    return advice
+
+
+def human(x: float) -> str:
+    """A compute amount for people: ``338644`` -> ``339K``, ``1.35e6`` -> ``1.35M``, ``60`` -> ``60``.
+
+    >>> _human(338644.0), _human(1354576.0), _human(60.0), _human(2.5e10)
+    ('339K', '1.35M', '60', '25G')
+    """
+    for div, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{suffix}"
+    return f"{x:.3g}"
+
+
+def summary_line(advice: Mapping[str, Any], fit: Mapping[str, Any]) -> str:
+    """One readable line of a fit and its advice (``fit.json``'s ``advice`` and ``fit``): the verdict, A with its
+    band, the predicted gain at 4x the compute with its band, and where "now" is.
+
+    >>> advice = {"verdict": "keep going", "fitted_now": 0.41, "compute_now": 2.5e6, "gain_4x": 0.052,
+    ...           "gain_4x_band": [0.031, 0.07]}
+    >>> line = summary_line(advice, {"A": 0.5, "band": {"A": [0.47, 0.55]}, "compute_unit": "tokens"})
+    >>> line[:67]
+    'keep going: A=0.500 [0.470, 0.550]; 4x the compute (10M tokens) pre'
+    >>> line[67:]
+    'dicts +0.052 [+0.031, +0.070] over 0.410 now (2.5M tokens)'
+    """
+    band_a = (fit.get("band") or {}).get("A")
+    a = f"A={fit['A']:.3f}" + (f" [{band_a[0]:.3f}, {band_a[1]:.3f}]" if band_a else " (no band)")
+    unit = fit.get("compute_unit") or advice.get("compute_unit") or "compute"
+    c_now = float(advice["compute_now"])
+    gain = f"{advice['gain_4x']:+.3f}"
+    if advice.get("gain_4x_band"):
+        lo, hi = advice["gain_4x_band"]
+        gain += f" [{lo:+.3f}, {hi:+.3f}]"
+    line = (
+        f"{advice['verdict']}: {a}; 4x the compute ({human(4 * c_now)} {unit}) predicts {gain} over "
+        f"{advice['fitted_now']:.3f} now ({human(c_now)} {unit})"
+    )
+    if advice.get("uninformative"):
+        loose = "" if advice["verdict"] == UNINFORMATIVE else "loose fit: "
+        line += f"; {loose}{', '.join(advice['uninformative'])}"
+    return line
 
 
 # --------------------------------------------------------------------------------------------------- I/O
-def read_curve(path: str | Path) -> tuple[np.ndarray, np.ndarray, Path]:
-    """(compute, pass_at_1, folder) from a run folder (its ``eval.parquet``) or a CSV / Parquet file."""
-    import polars as pl
-
-    path = Path(path)
-    file = path / "eval.parquet" if path.is_dir() else path
-    if not file.is_file():
-        raise FileNotFoundError(f"{file} not found (give a run folder with eval.parquet, or a CSV/Parquet file)")
-    from curate.io import read_rows
-
-    df = read_rows(file, "eval curve to fit")
-    missing = [col for col in (COMPUTE, PASS_AT_1) if col not in df.columns]
-    if missing:
-        raise ValueError(f"{file}: column(s) {missing} missing; have {df.columns}")
-    return df[COMPUTE].cast(pl.Float64).to_numpy(), df[PASS_AT_1].cast(pl.Float64).to_numpy(), file.parent
-
-
-def fit_run(
-    path: str | Path,
-    cfg: FitConfig = FitConfig(),
-    *,
-    extrapolate_to: list[float] | None = None,
-    out_dir: str | Path | None = None,
-    plot: bool = True,
-) -> dict[str, Any]:
-    """Fit a run's eval curve and write ``fit.json`` (and ``fit.png``) to the run folder (or ``out_dir``).
-
-    ``path`` is a run folder with ``eval.parquet`` or a CSV/Parquet file with columns ``compute`` and
-    ``pass_at_1``; the outputs go beside the file. Returns what ``fit.json`` holds: the fit, the advice, the
-    predictions (with band) at 2x, 4x and every ``extrapolate_to`` compute.
-    """
-    from curate import io
-
-    compute, rates, folder = read_curve(path)
-    fit = fit_sigmoid(compute, rates, cfg)
-    out = Path(out_dir) if out_dir is not None else folder
-    c_now = max(fit.compute)
-    targets = sorted({2 * c_now, 4 * c_now, *(float(x) for x in extrapolate_to or [])})
-    lo, hi = extrapolate_band(fit, targets)
-    result = {
-        "source": str(path),
-        "fit": fit.to_dict(),
-        "advice": advise(fit, cfg=cfg),
-        "predictions": [
-            {"compute": t, "pass_at_1": float(extrapolate(fit, t)), "band": [float(a), float(b)]}
-            for t, a, b in zip(targets, lo, hi, strict=True)
-        ],
-        "config": asdict(cfg),
-    }
-    io.write_text(out / "fit.json", json.dumps(result, indent=2, default=float) + "\n")
-    if plot:
-        plot_fit(fit, out / "fit.png", extrapolate_to=max(targets))
-        result["plot"] = str(out / "fit.png")
-    return result
-
-
-def plot_fit(fit: Any, out: str | Path, extrapolate_to: float | None = None) -> Path:
-    """The measured points (hollow: left out of the fit), the fitted sigmoid and its band up to ``extrapolate_to``
-    (default 2x the last compute), the asymptote A and C_mid."""
-    import numpy as np
-    from matplotlib.figure import Figure
-
-    c = np.asarray(fit.compute, dtype=float)
-    y = np.asarray(fit.pass_at_1, dtype=float)
-    c_end = max(float(extrapolate_to or 0.0), 2.0 * float(c.max()))
-    grid = np.linspace(0.0, c_end, 300)
-    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
-    ax = fig.subplots()
-    used = (c >= fit.skip_below) & (c > 0)
-    ax.plot(c[used], y[used], "o", color="#1f77b4", ms=5, label=f"fitted ({int(used.sum())})")
-    if (~used).any():
-        ax.plot(c[~used], y[~used], "o", mfc="none", color="#1f77b4", ms=5, label=f"left out ({int((~used).sum())})")
-    lo, hi = extrapolate_band(fit, grid)
-    ax.fill_between(grid, lo, hi, color="#ff7f0e", alpha=0.2, lw=0, label=f"{fit.band_level:.0%} band")
-    measured = grid <= c.max()
-    pred = extrapolate(fit, grid)
-    ax.plot(grid[measured], pred[measured], "-", color="#ff7f0e", lw=1.6, label="sigmoid fit")
-    ax.plot(grid[~measured], pred[~measured], "--", color="#ff7f0e", lw=1.6, label="extrapolation")
-    ax.axhline(fit.A, color="#7f7f7f", ls=":", lw=1, label=f"A = {fit.A:.3f}")
-    if fit.C_mid <= c_end:
-        ax.axvline(fit.C_mid, color="#7f7f7f", ls="-.", lw=0.8, label=f"C_mid = {fit.C_mid:.4g}")
-    ax.set_xlabel(fit.compute_unit)
-    ax.set_ylabel("held-out pass@1")
-    ax.set_title(f"R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B): A={fit.A:.3f}, B={fit.B:.2f}, C_mid={fit.C_mid:.4g}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    return out

@@ -26,6 +26,7 @@ What it guarantees, and why:
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -191,6 +192,7 @@ def build_trainer(cfg: SFTRunConfig, tokenizer: Any, rows: pl.DataFrame, output_
     silently train on prompts). Rows must already fit ``max_length`` (``split_rows``), so TRL truncates nothing.
     """
     import torch
+    from transformers.trainer_callback import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
     from datasets import Dataset
@@ -226,13 +228,49 @@ def build_trainer(cfg: SFTRunConfig, tokenizer: Any, rows: pl.DataFrame, output_
         dataloader_pin_memory=cuda,
         disable_tqdm=True,
     )
-    return SFTTrainer(
+    trainer = SFTTrainer(
         model=cfg.model,
         args=args,
         train_dataset=Dataset.from_list(rows.select("prompt", "completion").to_dicts()),
         processing_class=tokenizer,
         callbacks=[run_folder.save_callback()],  # files.json in every checkpoint: a whole one is verifiable
     )
+    trainer.remove_callback(PrinterCallback)  # it prints raw log dicts to stdout; ``progress_callback`` one line
+    trainer.add_callback(progress_callback())
+    return trainer
+
+
+def progress_line(step: int, max_steps: int, logs: Mapping[str, Any]) -> str | None:
+    """The line a logging step prints (None for a log without a loss): ``sft step 20/240: loss=1.23 lr=9.8e-05
+    acc=0.61 epoch=0.33``; the end-of-training log (``train_loss``, ``train_runtime``) becomes ``sft done: ...``.
+
+    >>> progress_line(20, 240, {"loss": 1.2345, "learning_rate": 9.8e-05, "grad_norm": 0.5, "epoch": 0.333})
+    'sft step 20/240: loss=1.23 lr=9.8e-05 grad=0.5 epoch=0.33'
+    >>> progress_line(240, 240, {"train_loss": 0.9, "train_runtime": 61.2, "epoch": 2.0})
+    'sft done: 240 steps, mean loss=0.9 in 61 s'
+    """
+    if "train_loss" in logs:
+        return f"sft done: {step} steps, mean loss={logs['train_loss']:.3g} in {logs.get('train_runtime', 0):.0f} s"
+    if "loss" not in logs:
+        return None
+    keys = (("loss", "loss", ".3g"), ("learning_rate", "lr", ".2g"), ("grad_norm", "grad", ".2g"),
+            ("mean_token_accuracy", "acc", ".2f"), ("epoch", "epoch", ".2f"))  # fmt: skip
+    parts = [f"{name}={logs[key]:{fmt}}" for key, name, fmt in keys if isinstance(logs.get(key), int | float)]
+    return f"sft step {step}/{max_steps}: " + " ".join(parts)
+
+
+def progress_callback() -> Any:
+    """A ``TrainerCallback`` printing ``progress_line`` to stderr on each logging step (main process only):
+    stdout stays the caller's result, as in the RL trainer's ``log``."""
+    from transformers import TrainerCallback
+
+    class Progress(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            line = progress_line(state.global_step, state.max_steps, logs or {})
+            if line is not None and state.is_world_process_zero:
+                print(line, file=sys.stderr, flush=True)
+
+    return Progress()
 
 
 def train_sft(

@@ -22,24 +22,55 @@ def _pyplot():
     return plt
 
 
-def plot_plan(plan: dict[str, Any], path: str | Path, bands: list[str]) -> Path:
+def context_label(tokens: int) -> str:
+    """A context length for a label: ``8K`` for a multiple of 1024, else the token count (``128 tok``).
+
+    >>> context_label(8192), context_label(24576), context_label(128), context_label(1500)
+    ('8K', '24K', '128 tok', '1500 tok')
+    """
+    return f"{tokens // 1024}K" if tokens >= 1024 and tokens % 1024 == 0 else f"{tokens} tok"
+
+
+def plot_plan(
+    plan: dict[str, Any],
+    path: str | Path,
+    bands: list[str],
+    trained: dict[str, dict[str, Any]] | None = None,
+    trained_in: str | None = None,
+) -> Path:
     """Stages over training steps (top; parallel stages start together) and each stage's size and difficulty mix
-    (bottom: stacked rows per difficulty band, labelled with the stage's rows and rollouts per prompt)."""
+    (bottom: stacked rows per difficulty band, labelled with the stage's rows and rollouts per prompt).
+
+    The curriculum stage draws the plan as planned (its preset: FastCuRL's 8K -> 16K -> 24K -> 16K context), and the
+    title says so: a training recipe may scale those settings. ``trained``: per stage name, the values a training
+    run actually used (``max_response_length``, ``n``, ``steps``; ``training.plots.plot_plan`` reads them from the
+    run) drawn instead, the title naming the run ``trained_in``.
+    """
     plt = _pyplot()
-    stages = plan["stages"]
+    stages = [{**st, **(trained or {}).get(st["stage"], {})} for st in plan["stages"]]
     fig, (ax_t, ax_m) = plt.subplots(2, 1, figsize=(10, 3 + 0.5 * len(stages)), constrained_layout=True)
     start = 0
     for i, st in enumerate(stages):
         left = 0 if st.get("parallel") else start
-        ax_t.barh(i, st["steps"], left=left, color="#1f77b4", alpha=0.8)
-        label = f" {st['split']} · {st['max_response_length'] // 1024}K · n={st['n']} · {st['steps']} steps"
+        skipped = trained is not None and st["stage"] not in trained  # a run that did not train this stage
+        ax_t.barh(i, st["steps"], left=left, color="#c7c7c7" if skipped else "#1f77b4", alpha=0.8)
+        label = f"{st['split']} · {context_label(st['max_response_length'])} · n={st['n']} · {st['steps']} steps"
+        label = f" not trained (planned: {label})" if skipped else f" {label}"
         ax_t.text(left + st["steps"], i, label, ha="left", va="center", fontsize=8)
         start = left + st["steps"]
     ax_t.set_yticks(range(len(stages)), [st["stage"] for st in stages])
     ax_t.invert_yaxis()
     ax_t.set_xlabel("training steps")
     ax_t.set_xlim(0, max([1, start, *(st["steps"] for st in stages)]) * 1.35)
-    ax_t.set_title(f"curriculum {plan['name']} ({plan['plan']}): {plan['kept']} problems, {plan['total_steps']} steps")
+    total = sum(st["steps"] for st in stages if not st.get("parallel")) + max(
+        (st["steps"] for st in stages if st.get("parallel")), default=0
+    )
+    head = f"curriculum {plan['name']} ({plan['plan']}): {plan['kept']} problems, {total} steps"
+    if trained:
+        what = f"context, n and steps as trained in {trained_in}" if trained_in else "context, n and steps as trained"
+    else:
+        what = "context, n and steps as planned (the preset); a training recipe may scale them"
+    ax_t.set_title(f"{head}\n{what}", fontsize=10)
 
     colours = dict(_BAND_COLOURS)
     groups = [b for b in bands if b not in colours]

@@ -29,7 +29,10 @@ level (also as ``difficulty``) so scoring has a dataset label to learn a difficu
 seed and index: problem ``i`` of seed ``s`` is the same whatever ``n`` is, so a 220K pool extends a 2K one.
 
 Used through the source URI ``gen://<family>?n=2000&seed=0&min_level=1&max_level=5`` (``family`` is one of the
-four or ``mixed``), e.g. ``curate ingest "gen://mixed?n=220000&seed=0" --pool big``.
+four or ``mixed``), e.g. ``curate ingest "gen://mixed?n=220000&seed=0" --pool big``. For ``arith``, ``min_ops`` /
+``max_ops`` set the chain length and ``ops`` the operators apart from the level (``gen://arith?max_level=1&min_ops=4
+&max_ops=6&ops=%2B-``; ``x`` may stand for ``*``; a bare ``+`` in a URI reads as a space and is taken back as ``+``):
+train on short chains, evaluate on long ones. Without them nothing changes.
 
 >>> p = generate_problem(0, seed=0, family="arith", level=1)
 >>> sorted(p) == ["answer", "family", "level", "problem", "solution", "solutions"]
@@ -106,15 +109,20 @@ def _arith_alternatives(start: int, ops: list[tuple[str, int]], values: list[int
     return ["\n".join(total), "\n".join(chain), prose]
 
 
-def _arith(rng: random.Random, level: int) -> tuple[str, str, list[str]]:
-    steps = 1 + level + rng.randint(0, level)
+def _arith(
+    rng: random.Random, level: int, chain: tuple[int, int] | None = None, operators: str | None = None
+) -> tuple[str, str, list[str]]:
+    """``chain`` (min, max operations) and ``operators`` (a subset of ``+-*``) override what ``level`` sets; left
+    at None, the draws are exactly those of before they existed (same problems, same ids)."""
+    steps = 1 + level + rng.randint(0, level) if chain is None else rng.randint(*chain)
     hi = 10 ** min(1 + level // 2, 4)
     value = rng.randint(1, hi)
     expr = str(value)
     lines = [f"Start with ${value}$."]
     start, ops, values = value, [], [value]
+    allowed = operators if operators is not None else "+-*" if level > 1 else "+-"
     for _ in range(steps):
-        op = rng.choice("+-*") if level > 1 else rng.choice("+-")
+        op = rng.choice(allowed)
         b = rng.randint(2, 12) if op == "*" else rng.randint(1, hi)
         if op == "*":
             new = value * b
@@ -400,17 +408,25 @@ def generate_problem(
     level: int | None = None,
     min_level: int = 1,
     max_level: int = 5,
+    min_ops: int | None = None,
+    max_ops: int | None = None,
+    ops: str | None = None,
 ) -> dict:
     """Problem ``index`` of the stream ``(seed, family)``: problem, answer, solution(s), level, family.
 
     ``solutions`` holds every reference solution (distinct methods); ``solution`` is the first of them.
+    ``min_ops`` / ``max_ops`` / ``ops`` (``arith`` only, see ``generate``) change the chain length and operators.
     """
     rng = _rng(seed, index, family)
     fam = rng.choice(FAMILIES) if family == "mixed" else family
     if fam not in _BUILDERS:
         raise InputError(f"unknown generator family {family!r}; choose from {[*FAMILIES, 'mixed']}")
     lvl = level if level is not None else rng.randint(min_level, max_level)
-    problem, answer, solutions = _BUILDERS[fam](rng, lvl)
+    chain = _chain(min_ops, max_ops)
+    if fam == "arith" and (chain is not None or ops is not None):
+        problem, answer, solutions = _arith(rng, lvl, chain, _operators(ops))
+    else:
+        problem, answer, solutions = _BUILDERS[fam](rng, lvl)
     return {
         "problem": problem,
         "answer": answer,
@@ -421,14 +437,53 @@ def generate_problem(
     }
 
 
+def _chain(min_ops: int | None, max_ops: int | None) -> tuple[int, int] | None:
+    """(min, max) operations of an ``arith`` chain, or None (the level decides); one bound alone sets both."""
+    if min_ops is None and max_ops is None:
+        return None
+    lo = min_ops if min_ops is not None else max_ops
+    hi = max_ops if max_ops is not None else min_ops
+    if not 1 <= lo <= hi <= 64:
+        raise InputError(f"chain length must satisfy 1 <= min_ops <= max_ops <= 64, got {lo}..{hi}")
+    return lo, hi
+
+
+def _operators(ops: str | None) -> str | None:
+    """The operator set as a string of distinct characters from ``+-*`` (``x`` is accepted for ``*``)."""
+    if ops is None:
+        return None
+    chosen = "".join(dict.fromkeys(ops.replace("x", "*").replace(" ", "")))
+    if not chosen or set(chosen) - set("+-*"):
+        raise InputError(f"ops must be a non-empty subset of '+-*' (or 'x' for '*'), got {ops!r}")
+    return chosen
+
+
 def generate(
-    n: int, *, seed: int = 0, family: str = "mixed", min_level: int = 1, max_level: int = 5
+    n: int,
+    *,
+    seed: int = 0,
+    family: str = "mixed",
+    min_level: int = 1,
+    max_level: int = 5,
+    min_ops: int | None = None,
+    max_ops: int | None = None,
+    ops: str | None = None,
 ) -> Iterator[dict]:
-    """``n`` problems of the stream ``(seed, family)``, in index order."""
+    """``n`` problems of the stream ``(seed, family)``, in index order.
+
+    ``min_ops`` / ``max_ops``: the number of operations of an ``arith`` chain, drawn uniformly between them (by
+    default the level sets it: 1 + level + 0..level). ``ops``: its operators, a subset of ``+-*`` (by default
+    ``+-`` at level 1, ``+-*`` above). Numbers stay sized by the level. Other families ignore both. Without them
+    every problem (and id) is what it was before they existed; with them the stream is another one.
+    """
     if not 1 <= min_level <= max_level <= 5:
         raise InputError(f"levels must satisfy 1 <= min_level <= max_level <= 5, got {min_level}..{max_level}")
+    _chain(min_ops, max_ops), _operators(ops)  # fail before the first problem
     for i in range(n):
-        yield generate_problem(i, seed=seed, family=family, min_level=min_level, max_level=max_level)
+        yield generate_problem(
+            i, seed=seed, family=family, min_level=min_level, max_level=max_level, min_ops=min_ops,
+            max_ops=max_ops, ops=ops,
+        )  # fmt: skip
 
 
 def parse_uri(uri: str) -> dict:
@@ -438,14 +493,17 @@ def parse_uri(uri: str) -> dict:
         raise InputError(f"not a generator URI: {uri!r}")
     family = parsed.netloc or "mixed"
     query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
-    allowed = {"n", "seed", "min_level", "max_level"}
+    allowed = {"n", "seed", "min_level", "max_level", "min_ops", "max_ops", "ops"}
     unknown = set(query) - allowed
     if unknown:
         raise InputError(f"unknown generator option(s) {sorted(unknown)} in {uri!r}; allowed: {sorted(allowed)}")
     try:
-        out = {k: int(v) for k, v in query.items()}
+        out: dict = {k: v if k == "ops" else int(v) for k, v in query.items()}
     except ValueError as exc:
-        raise InputError(f"generator options must be integers in {uri!r}") from exc
+        raise InputError(f"generator options other than ops must be integers in {uri!r}") from exc
+    if "ops" in out:  # a literal '+' in a query string reads as a space: ops=+- arrives as ' -'
+        out["ops"] = _operators(out["ops"].replace(" ", "+") if " " in out["ops"] else out["ops"])
+    _chain(out.get("min_ops"), out.get("max_ops"))
     out.setdefault("n", 1000)
     out.setdefault("seed", 0)
     return {"family": family, **out}

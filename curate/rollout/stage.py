@@ -73,7 +73,10 @@ class RolloutConfig:
     n: samples per problem (sample_idx 0..n-1; raising n later adds only the new indices).
     temperature / top_p / max_tokens / seed: sampling, recorded on every ledger row; temperature 0 is greedy.
     instruction: appended to the problem in the user turn of the chat template.
-    splits: which problems to sample (test problems are evaluation sets). limit: first K problems by problem_id.
+    splits: which problems to sample (test problems are evaluation sets). sources: only problems first read from
+    these ingest sources (None: all). limit: first K problems by problem_id. run_tag: prefix of the job's run id;
+    ``chain`` marks the rollouts a ``training run`` makes of its own models (they count as training rollouts for
+    ``curate score``, see ``score.evidence.training_rollouts``).
     only_unsolved: skip problems the ledger already shows solved by this model (in an earlier run).
     shard_size: problems per shard (the unit of atomic writes and of resume).
     data_parallel_size / data_parallel_rank: this process takes the shards ``i % size == rank``.
@@ -91,6 +94,8 @@ class RolloutConfig:
     seed: int = 0
     instruction: str = DEFAULT_INSTRUCTION
     splits: tuple[str, ...] = ("train",)
+    sources: tuple[str, ...] | None = None
+    run_tag: str = "r"
     limit: int | None = None
     only_unsolved: bool = False
     shard_size: int = 64
@@ -140,7 +145,7 @@ def run_id(cfg: RolloutConfig) -> str:
         "instruction": cfg.instruction,
         "backend_settings": sample_settings(cfg),
     }
-    return "r-" + hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{cfg.run_tag}-" + hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def sample_settings(cfg: RolloutConfig) -> dict[str, Any]:
@@ -213,11 +218,15 @@ def _golds(answer: str | None, alternatives: list[str] | None) -> tuple[str, ...
 
 def candidates(ws: io.Workspace, pool: str, cfg: RolloutConfig) -> tuple[pl.DataFrame, dict[str, int]]:
     """The job's problems in problem_id order, and how many of the pool's problems each filter left out."""
-    cols = [S.PROBLEM_ID, S.PROBLEM, S.ANSWER, S.ANSWER_ALTERNATIVES, S.SPLIT]
+    cols = [S.PROBLEM_ID, S.PROBLEM, S.ANSWER, S.ANSWER_ALTERNATIVES, S.SPLIT, S.SOURCE]
     problems = pl.read_parquet(ws.require_pool(pool), columns=cols).sort(S.PROBLEM_ID)
     excluded: dict[str, int] = {}
     keep = problems.filter(pl.col(S.SPLIT).is_in(list(cfg.splits)))
     excluded["split"] = problems.height - keep.height
+    if cfg.sources is not None:
+        before = keep.height
+        keep = keep.filter(pl.col(S.SOURCE).is_in(list(cfg.sources)))
+        excluded["other_source"] = before - keep.height
     if cfg.only_unsolved:
         led = ledger.read(ws, pool, cfg.model, columns=[S.CORRECT, S.RUN_ID])
         solved = led.filter(pl.col(S.CORRECT).fill_null(False) & (pl.col(S.RUN_ID) != run_id(cfg)))

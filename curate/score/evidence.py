@@ -22,7 +22,7 @@ from curate.errors import InputError
 
 
 LEDGER_READ = (S.PROBLEM_ID, S.MODEL, S.SAMPLE_IDX, S.COMPLETION_TOKENS, S.CORRECT, S.REWARD, S.STEP)
-LEDGER_READ += (S.CREATED_AT, S.BACKEND)
+LEDGER_READ += (S.CREATED_AT, S.BACKEND, S.RUN_ID)
 ALL_EQUAL, N_RECENT = "_all_equal", "_n_recent"  # internal evidence columns (not written anywhere)
 _Q = "_q"
 
@@ -33,7 +33,8 @@ class EvidenceConfig:
 
     model: the ledger model whose rollouts give the pass rate; None = the newest model (by first rollout) that was
     not imported. training_rollouts: whether rollouts written by training runs (backends ``trl`` and ``sampler``:
-    the RL stages of ``training run``) count as evidence; off by default, so one run's RL rollouts never change the
+    the RL stages of ``training run``; and rollouts with a ``chain-`` run id, which a training run makes of its own
+    SFT model) count as evidence; off by default, so one run's RL rollouts never change the
     next run's curation (a model named in ``model`` always counts). reward_correct / reward_wrong: the ledger's
     reward values, mapped onto [0, 1].
     ema_alpha: weight of the newest reward in the EMA. recent_window: how many of the latest rollouts count as
@@ -61,6 +62,7 @@ def fraction_correct(cfg: EvidenceConfig) -> pl.Expr:
 
 
 TRAINING_BACKENDS = ("trl", "sampler")  # who writes a training run's rollouts (training.rl, the online sampler)
+CHAIN_RUN_TAG = "chain"  # run ids of the rollouts a training run makes of its own models (curate rollout run_tag)
 
 
 def usable(ledger: pl.DataFrame, cfg: EvidenceConfig) -> pl.DataFrame:
@@ -68,7 +70,9 @@ def usable(ledger: pl.DataFrame, cfg: EvidenceConfig) -> pl.DataFrame:
     when they are the model named in ``cfg.model``)."""
     if cfg.training_rollouts:
         return ledger
-    trained = pl.col(S.BACKEND).fill_null("").is_in(TRAINING_BACKENDS)
+    trained = pl.col(S.BACKEND).fill_null("").is_in(TRAINING_BACKENDS) | pl.col(S.RUN_ID).fill_null(
+        ""
+    ).str.starts_with(f"{CHAIN_RUN_TAG}-")
     return ledger.filter(~trained | (pl.col(S.MODEL) == cfg.model) if cfg.model else ~trained)
 
 

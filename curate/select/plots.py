@@ -19,28 +19,78 @@ HISTOGRAMS = (
     (S.DES, "des.png", "DES (data effectiveness score)"),
     (S.PROMPT_CHARS, "length.png", "problem length (characters, log scale)"),
 )
+RANGES = {S.PASS_RATE: (0.0, 1.0)}  # the x axis of a value with a fixed range, whatever the data
+
+
+def histogram_bins(values: np.ndarray, *, log: bool = False, bounds: tuple[float, float] | None = None) -> np.ndarray:
+    """40 shared bins for ``values``: over ``bounds`` when the value has a fixed range (a pass rate: [0, 1]),
+    log-spaced for ``log``, else over the data; a constant value gets bins centred on it, never ``[v, v + 1]``.
+
+    >>> b = histogram_bins(np.array([0.9, 0.9]), bounds=(0.0, 1.0)); float(b[0]), float(b[-1])
+    (0.0, 1.0)
+    >>> b = histogram_bins(np.array([3.0, 3.0])); float(b[0]), float(b[-1])
+    (2.5, 3.5)
+    """
+    if bounds is not None:
+        return np.linspace(bounds[0], bounds[1], 41)
+    if log:
+        values = values[values > 0]
+        lo, hi = max(float(values.min()), 1.0), max(float(values.max()), 1.0)
+        return np.geomspace(lo / 1.05, hi * 1.05, 41) if hi <= lo * 1.1 else np.geomspace(lo, hi, 41)
+    lo, hi = float(values.min()), float(values.max())
+    if hi <= lo:
+        half = max(abs(lo) * 0.05, 0.5)
+        lo, hi = lo - half, hi + half
+    return np.linspace(lo, hi, 41)
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Tick positions for a log axis over [lo, hi] that never crowd: 1-2-5 per decade, or every integer step of
+    the leading digit when the range is under a decade, or a few evenly spaced round numbers when even that gives
+    fewer than three.
+
+    >>> log_ticks(20, 27)
+    [20.0, 22.0, 24.0, 26.0]
+    >>> log_ticks(30, 5000)
+    [50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0]
+    """
+    for subs in ((1, 2, 5), tuple(range(1, 10))):
+        ticks = [m * 10.0**e for e in range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1) for m in subs]
+        ticks = [t for t in ticks if lo <= t <= hi]
+        if len(ticks) >= 3:
+            return ticks if len(ticks) <= 9 else ticks[:: int(np.ceil(len(ticks) / 9))]
+    from matplotlib.ticker import MaxNLocator
+
+    return [float(t) for t in MaxNLocator(nbins=4, steps=[1, 2, 5, 10]).tick_values(lo, hi) if lo <= t <= hi]
 
 
 def compare_histogram(
-    pool: np.ndarray, chosen: np.ndarray, xlabel: str, path: Path, *, log: bool = False, note: str | None = None
+    pool: np.ndarray,
+    chosen: np.ndarray,
+    xlabel: str,
+    path: Path,
+    *,
+    log: bool = False,
+    note: str | None = None,
+    bounds: tuple[float, float] | None = None,
 ) -> Path:
-    """Overlaid density histograms of a value in the pool and in the selection, on shared bins; ``note`` is
-    printed under the axes (why a plot carries no information, e.g. a pass rate that is the same everywhere)."""
+    """Overlaid density histograms of a value in the pool and in the selection, on shared bins
+    (``histogram_bins``; ``bounds``: the value's fixed range, the x axis); ``note`` is printed under the axes (why a
+    plot carries no information, e.g. a pass rate that is the same everywhere)."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import NullFormatter
 
-    values = np.concatenate([pool, chosen])
-    if log:
-        values = values[values > 0]
-        bins = np.geomspace(max(values.min(), 1.0), max(values.max(), 2.0), 40)
-    else:
-        lo, hi = float(values.min()), float(values.max())
-        bins = np.linspace(lo, hi if hi > lo else lo + 1.0, 40)
+    bins = histogram_bins(np.concatenate([pool, chosen]), log=log, bounds=bounds)
     fig = Figure(figsize=(6, 3.6), dpi=100)
     ax = fig.add_subplot()
     ax.hist(pool, bins=bins, density=True, alpha=0.5, label=f"pool (n={len(pool):,})")
     ax.hist(chosen, bins=bins, density=True, alpha=0.5, label=f"selection (n={len(chosen):,})")
     if log:
         ax.set_xscale("log")
+        ticks = log_ticks(float(bins[0]), float(bins[-1]))
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())  # matplotlib labels minor ticks under a decade: they overlap
+    ax.set_xlim(float(bins[0]), float(bins[-1]))
     ax.set_xlabel(xlabel)
     ax.set_ylabel("density")
     ax.legend()
@@ -112,7 +162,8 @@ def selection_plots(pool: pl.DataFrame, selection: pl.DataFrame, out_dir: Path) 
         b = selection[column].drop_nulls().cast(pl.Float64).to_numpy()
         if len(a) and len(b):
             note = notes.get(column)
-            written.append(compare_histogram(a, b, label, out_dir / name, log=column == S.PROMPT_CHARS, note=note))
+            written.append(compare_histogram(a, b, label, out_dir / name, log=column == S.PROMPT_CHARS, note=note,
+                                             bounds=RANGES.get(column)))  # fmt: skip
     if pool.height and selection.height and pool[S.CLUSTER].n_unique() > 1:
         written.append(cluster_coverage(pool[S.CLUSTER], selection[S.CLUSTER], out_dir / "clusters.png"))
     return written

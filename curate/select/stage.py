@@ -4,9 +4,10 @@ Reads ``problems.parquet``, ``scores.parquet`` and ``filters.parquet`` when pres
 scores file joined by problem text (LIMR's ``scores.json``); writes ``selections/<name>/`` (see ``curate.export``).
 
 1. Filters, in this order, each row dropped once with the first reason that applies: split_test (evaluation
-   sets are never selected), contaminated, duplicate (``duplicate_of`` another problem), too_long, zero_variance
-   (all-equal rewards with enough evidence; ScaleRL), solved (pass rate >= 0.9 with evidence; ScaleRL's
-   No-Positive-Resampling), missing_score (no value in the ``--by`` column), below_min, above_max.
+   sets are never selected), other_source (not one of ``sources``, when given), contaminated, duplicate
+   (``duplicate_of`` another problem), too_long, zero_variance (all-equal rewards with enough evidence; ScaleRL),
+   solved (pass rate >= 0.9 with evidence; ScaleRL's No-Positive-Resampling), missing_score (no value in the
+   ``--by`` column), below_min, above_max.
 2. Diversity: a quota per cluster proportional to its eligible size (largest-remainder rounding).
 3. Within a cluster, a sample without replacement with P(x) ∝ exp(score(x) / T) (ScalingRL's temperature-controlled
    distribution, METHODS.md §1.2), drawn as Gumbel-top-k: key = score / T + Gumbel noise hashed from
@@ -39,6 +40,7 @@ from curate.stage_wrapper import StageOutput, StageResult, run_wrapped
 DEFAULT_SIZE = 1500
 DROP_ORDER = (
     "split_test",
+    "other_source",
     "contaminated",
     "duplicate",
     "unverifiable_answer",
@@ -69,12 +71,15 @@ class SelectConfig:
     (``scores_key``, hashed with schema.problem_id) or by ``problem_id``; several rows of one problem keep the max.
     drop_*: which filters run; ``drop_unverifiable`` leaves out problems whose gold answer the checker cannot verify
     (prose, several values in a sentence; flagged ``unverifiable_answer`` at ingest): their RL reward would be wrong.
-    max_prompt_chars: longer problems are dropped as too_long (None = no bound).
+    max_prompt_chars: longer problems are dropped as too_long (None = no bound). sources: select only problems
+    first read from these ingest sources (their ``name``; None = every source), e.g. the SFT set from one
+    generator source and the RL set from another in one pool; the others are dropped as ``other_source``.
     instruction: appended to the problem in the TRL/verl prompts. plots: write the PNG figures.
     embed: ``curate.embed.EmbedConfig`` settings used when re-clustering.
     """
 
     name: str | None = None
+    sources: tuple[str, ...] | None = None
     size: int | None = None
     seed: int | None = None
     by: str = "des"
@@ -123,6 +128,7 @@ def drop_reason_expr(cfg: SelectConfig, column: str) -> pl.Expr:
     """The first filter a row fails (null = eligible), in ``DROP_ORDER``."""
     rules = [
         ("split_test", pl.col(S.SPLIT) == "test"),
+        ("other_source", pl.lit(cfg.sources is not None) & ~pl.col(S.SOURCE).is_in(list(cfg.sources or ()))),
         ("contaminated", pl.lit(cfg.drop_contaminated) & pl.col(S.CONTAMINATED)),
         ("duplicate", pl.lit(cfg.drop_duplicates) & (pl.col(S.DUPLICATE_OF) != pl.col(S.PROBLEM_ID))),
         ("unverifiable_answer", pl.lit(cfg.drop_unverifiable) & pl.col(UNVERIFIABLE)),

@@ -95,8 +95,9 @@ def test_prefect_yaml_and_flows_serve_declare_the_same_training_deployments():
 
 @pytest.mark.slow
 def test_a_failed_step_fails_the_run_and_publishes_what_finished(server, tmp_path):  # noqa: F811
-    """SFT data that is not there: the sft task fails, the flow run fails with its error, the chain summary artifact
-    says so, and nothing is recorded as done for the step (a re-run starts at it)."""
+    """A starting model that cannot be loaded (offline hub id): the sft task fails, the flow run fails with its
+    error, the chain summary artifact says so, and nothing is recorded as done for the step (a re-run starts at
+    it)."""
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
     from prefect.logging.handlers import APILogWorker
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -110,9 +111,13 @@ def test_a_failed_step_fails_the_run_and_publishes_what_finished(server, tmp_pat
                              S.SPLIT: ["train", "test"]})  # fmt: skip
     io.write_parquet(problems, home / "pools" / "t" / "problems.parquet")
     io.write_json(home / "curricula" / "c" / "plan.json", {"stages": [{"stage": "s1", "shard": "s1.parquet"}]})
+    io.write_parquet(problems.head(1), home / "curricula" / "c" / "s1.parquet")
+    rows = pl.DataFrame({"prompt": [[{"role": "user", "content": "1+1"}]],
+                         "completion": [[{"role": "assistant", "content": "2"}]]})  # fmt: skip
+    io.write_parquet(rows, home / "solutions" / "t" / "sft.parquet")
     recipe = tmp_path / "failing.yaml"
     recipe.write_text(yaml.safe_dump({"name": "failing", "pool": "t", "model": "no-such-org/no-such-model",
-                                      "curriculum": "c", "sft": {"data": "missing/sft.parquet"},
+                                      "curriculum": "c", "sft": {"data": "solutions/t/sft.parquet"},
                                       "rl": {"loss_type": "cispo"}}))  # fmt: skip
     url, _ = server
     with temporary_settings(updates={PREFECT_API_URL: url}):  # in this process, against the test's server
@@ -210,8 +215,11 @@ def test_chain_deploys_resumes_after_a_killed_worker_publishes_artifacts_and_han
     assert rl1["resumed_from"] and Path(rl1["resumed_from"]).name.startswith("checkpoint-")
     chain = json.loads((run_dir / "chain.json").read_text())
     assert [s["step"] for s in chain["steps"]] == ["init", "sft", "rl:stage1", "rl:stage2"]
-    parts = sorted((home / "pools" / "t" / "rollouts" / "01-stage1").glob("part-*.parquet"))
-    ledger = pl.concat([pl.read_parquet(p) for p in parts])
+    from curate import io
+    from curate.rollout import ledger as rollout_ledger
+
+    ledger = rollout_ledger.read(io.Workspace(home), "t", rl1["ledger"]["model"])  # the run's own ledger name
+    assert rl1["ledger"]["model"].startswith(f"{run_dir.name}-") and rl1["ledger"]["model"].endswith("-01-stage1")
     assert ledger.height == STAGE1_STEPS * 2 * 2  # steps x 2 prompts x 2 generations: resumed steps rewrote parts
     assert ledger.select("problem_id", "sample_idx").is_duplicated().sum() == 0
     summary = json.loads((run_dir / "summary.json").read_text())

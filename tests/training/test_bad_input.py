@@ -79,3 +79,18 @@ def test_training_run_recipe_errors_before_any_work(tmp_path, capsys):
         assert main(["run", "--recipe", str(good), "--home", str(tmp_path / "ws"), "--set", key]) == 2
         assert _one_line(capsys).startswith("error:")
     assert not (tmp_path / "ws" / "runs").exists()  # nothing was written: the recipe failed before any work
+
+
+def test_the_multi_gpu_recipe_without_deepspeed_says_which_extra_to_install(tmp_path, capsys, monkeypatch):
+    import importlib.util
+    import os
+    import sys
+    from pathlib import Path
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else real(name, *a))
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # accelerate
+    recipe = "training/recipes/qwen2.5-math-1.5b/fastcurl.yaml"
+    assert main(["run", "--recipe", recipe, "--home", str(tmp_path / "ws")]) == 2
+    assert "pip install -e '.[gpu,multigpu]'" in _one_line(capsys)
+    assert not (tmp_path / "ws").exists()  # before any work

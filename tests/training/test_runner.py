@@ -213,7 +213,8 @@ def test_chain_control_flow_stops_a_pass_and_runs_coscale_iterations_up_to_the_b
 def test_coscale_iteration_remeasures_adds_sft_on_unsolvable_and_trains_rl_on_solvable(tmp_path):
     """A real CoScale iteration on the tiny model: curate rollout of the trained model, curate solutions with it as
     the student, SFT on the unsolvable problems' solutions, RL on the stage shard restricted to solvable ones."""
-    from curate.schema import slug
+    from curate import io
+    from curate.rollout import ledger
     from training.runner import run_chain
 
     home = tmp_path / "ws"
@@ -238,8 +239,7 @@ def test_coscale_iteration_remeasures_adds_sft_on_unsolvable_and_trains_rl_on_so
     assert [d["after"] for d in summary["decisions"]] == ["rl:stage1", "it1:rl:stage1"]
     [pools] = [note["pools"] for note in summary["coscale"] if note["name"] == "it1:solutions"]
     assert pools.get("solvable", 0) > 0 and pools.get("unsolvable", 0) > 0
-    ledger = home / "pools" / "t" / "rollouts" / slug(str(run_dir / "rl" / "01-stage1" / "final"))
-    measured = pl.read_parquet(sorted(ledger.glob("part-*.parquet")))
+    measured = ledger.read(io.Workspace(home), "t", str(run_dir / "rl" / "01-stage1" / "final"))
     assert measured["problem_id"].n_unique() == 30  # the trained model's own rollouts, decide.rollout.limit
     snapshot = pl.read_parquet(run_dir / "coscale/it1/solution_pools.parquet")
     solvable = set(snapshot.filter(pl.col("coscale_pool") == "solvable")["problem_id"])
@@ -251,9 +251,52 @@ def test_coscale_iteration_remeasures_adds_sft_on_unsolvable_and_trains_rl_on_so
     shard = pl.read_parquet(config["train"])
     assert config["train"] == str(run_dir / "coscale/it1/stage1.parquet") and set(shard["problem_id"]) <= solvable
     lineage = json.loads((run_dir / "rl/it1-01-stage1/final/lineage.json").read_text())["data"]
-    assert lineage["curriculum"].endswith("curricula/t") and lineage["selection"].endswith("selection.parquet")
+    assert lineage["curriculum"] == str(run_dir / "data" / "curriculum")  # the run's own copy, pinned at its start
+    assert lineage["data"]["sources"]["curriculum"].endswith("curricula/t")
+    assert lineage["selection"].endswith("selection.parquet")
     assert lineage["solutions"] == str(home / "solutions" / "cs-it1" / "sft.parquet")  # the iteration's solutions
     assert lineage["coscale_iteration"] == 1
     again = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)  # resumes: nothing trained again
     assert [s["step"] for s in again["steps"]] == [s["step"] for s in summary["steps"]]
     assert again["decisions"] == summary["decisions"]
+
+
+@pytest.mark.slow
+def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_curriculum(tmp_path):
+    """``measure``: after SFT, curate rollout of the SFT model over the RL source only, score with those rollouts as
+    the evidence, select and build the recipe's curriculum from them, pin it, and train RL on it; recorded in the
+    chain and the lineage, skipped on a re-run."""
+    from curate import io
+    from curate import schema as S
+    from curate.rollout import ledger
+    from training.runner import run_chain
+
+    home = tmp_path / "ws"
+    recipe_path = write_tiny_chain(
+        tmp_path, rl_source=True, name="m", curriculum="t-rl", stages={"stage1": {"max_steps": 1}},
+        only_stages=["stage1"], eval={"k": 1, "limit": 4, "max_new_tokens": 32},
+        measure={"rollout": {"n": 2, "max_tokens": 24, "sources": ["t/rl"]},
+                 "select": {"sources": ["t/rl"], "size": 10, "drop_solved": False, "drop_zero_variance": False}},
+    )  # fmt: skip
+    summary = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)
+    run_dir = Path(summary["run_dir"])
+    sft_model = str(run_dir / "sft" / "final")
+    measured = ledger.read(io.Workspace(home), "t", sft_model)
+    problems = pl.read_parquet(home / "pools" / "t" / "problems.parquet")
+    rl_ids = set(problems.filter(pl.col(S.SOURCE) == "t/rl")[S.PROBLEM_ID])
+    assert set(measured[S.PROBLEM_ID]) == rl_ids and measured.height == 2 * len(rl_ids)  # n=2, the RL source only
+    assert measured[S.RUN_ID].str.starts_with("chain-").all()  # the next run's curation will not read them
+    chain = json.loads((run_dir / "chain.json").read_text())
+    [note] = chain["notes"]["measure"]
+    assert note["model"] == sft_model and note["select"]["selected"] == 10
+    assert note["score"]["evidence"] == "ledger" and note["score"]["pass_rate_source"]["blend"] == len(rl_ids)
+    shard = pl.read_parquet(run_dir / "data" / "curriculum" / "stage1.parquet")
+    assert set(shard[S.PROBLEM_ID]) <= rl_ids  # RL trains on the measured candidates, from the run's own copy
+    config = json.loads((run_dir / "rl" / "01-stage1" / "config.json").read_text())
+    assert config["train"] == str(run_dir / "data" / "curriculum" / "stage1.parquet")
+    lineage = json.loads((run_dir / "rl" / "01-stage1" / "final" / "lineage.json").read_text())["data"]
+    assert lineage["curriculum"] == str(run_dir / "data" / "curriculum")
+    assert lineage["data"]["sources"]["curriculum"].endswith("curricula/t-rl")
+    again = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)  # measure is not run again
+    assert ledger.read(io.Workspace(home), "t", sft_model).height == measured.height
+    assert [s["step"] for s in again["steps"]] == [s["step"] for s in summary["steps"]]

@@ -9,7 +9,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from training.scaling import KEEP_GOING, NEAR, FitConfig, advise, extrapolate, fit_run, fit_sigmoid, sigmoid
+from training.plots import fit_run
+from training.scaling import KEEP_GOING, NEAR, FitConfig, advise, extrapolate, fit_sigmoid, sigmoid
 
 
 # (A, B, C_mid, R0, compute points): ScaleRL 8B and MoE (GPU-hours, METHODS.md 4.5), a tiny CPU run in steps with
@@ -112,6 +113,29 @@ def test_unbent_curve_says_the_asymptote_is_not_pinned():
     assert "A" in fit.band_at_edge
     assert any("not pinned down" in w for w in fit.warnings)
     assert advise(fit)["verdict"] == KEEP_GOING
+
+
+def test_advice_agrees_with_its_numbers_and_says_when_the_fit_is_uninformative():
+    """Issue 23: the demo's four points put B at its bound and A's band at 0.515-1.0; the advice said "keep going"
+    while predicting +0.000. Now it says the fit is uninformative, and "keep going" always comes with a predicted
+    gain of at least the margin."""
+    from training.scaling import LITTLE_GAIN, UNINFORMATIVE
+
+    demo = fit_sigmoid([8e4, 1.7e5, 2.5e5, 338644.0], [0.514, 0.530, 0.534, 0.521], FitConfig(compute_unit="tokens"))
+    adv = advise(demo)
+    assert adv["verdict"] == UNINFORMATIVE and abs(adv["gain_4x"]) < 0.02
+    assert any(r.startswith("B at its bound") for r in adv["uninformative"])
+    assert adv["summary"].startswith("fit uninformative: A=0.530 [0.515, 1.000]; 4x the compute (1.35M tokens)")
+    for name in CURVES:
+        C, R, _ = _curve(name, noise=0.01, seed=3)
+        for frac in (0.25, 1.0):
+            keep = np.less_equal(C, frac * C.max())
+            adv = advise(fit_sigmoid(C[keep], R[keep], FitConfig(skip_frac=0.1)))
+            if adv["verdict"] == KEEP_GOING:
+                assert adv["gain_4x"] >= adv["margin"]
+                assert not adv["uninformative"] or adv["gain_4x_band"][0] > 0  # a loose fit: every curve rises
+            elif adv["verdict"] in (NEAR, LITTLE_GAIN):
+                assert adv["gain_4x"] < adv["margin"]
 
 
 def test_fit_run_writes_json_and_png_and_cli_prints_parameters(tmp_path, capsys):

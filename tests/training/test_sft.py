@@ -69,6 +69,7 @@ def _cfg(**kw):
     return SFTRunConfig(**{**base, **kw})
 
 
+@pytest.mark.slow
 def test_sft_trains_on_solutions_quarantines_long_rows_and_resumes(tiny, rows_file, tmp_path, capsys):
     from transformers import AutoModelForCausalLM
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def test_init_tiny_loads_generates_and_has_card(tmp_path, capsys):
     import torch
@@ -39,6 +41,7 @@ def test_init_tiny_loads_generates_and_has_card(tmp_path, capsys):
     assert card.startswith("---\nlibrary_name: transformers") and "base_model" not in card.split("---")[1]
 
 
+@pytest.mark.slow
 def test_init_tiny_seed_changes_weights_not_tokenizer(tmp_path):
     from transformers import AutoModelForCausalLM
 

@@ -37,6 +37,7 @@ def _popen(args: list[str], env: dict) -> subprocess.Popen:
     return subprocess.Popen([str(exe), *args[1:]], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_usage_errors_print_clicks_message_and_exit_2(tmp_path):
     env = {**os.environ, "CURATE_HOME": str(tmp_path / "w"), "COLUMNS": "200"}
     procs = [(args, want, _popen(args, env)) for args, want in USAGE_ERRORS]  # all at once: startup dominates

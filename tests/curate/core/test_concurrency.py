@@ -83,6 +83,7 @@ def ingest(ws: io.Workspace, pool: str, *paths: str) -> StageResult:
 
 
 # --------------------------------------------------------------------------------------------------- locks
+@pytest.mark.slow
 def test_two_ingests_into_one_pool_at_once_keep_both_sources(ws, tmp_path):
     """The lost update of issue 10: two `curate ingest` of different sources into one pool at once."""
     logs = [tmp_path / "a", tmp_path / "b"]
@@ -253,6 +254,7 @@ def assert_complete(folder: Path, rows: int = 40) -> None:
     assert read_manifest(folder) is not None
 
 
+@pytest.mark.slow
 def test_two_selects_of_one_name_at_once_both_succeed_and_the_folder_is_complete(ws, tmp_path):
     ingest(ws, "p", SRC_A)
     logs = [tmp_path / "s1", tmp_path / "s2"]
@@ -301,6 +303,7 @@ KILL_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["between-renames", "after-exchange"])
 def test_select_force_killed_mid_swap_is_repaired_by_the_next_run(ws, tmp_path, where):
     ingest(ws, "p", SRC_A)

@@ -35,6 +35,7 @@ def _quarantine(ws, pool):
 
 
 # --------------------------------------------------------------------------------------------------- real data
+@pytest.mark.slow
 def test_gsm8k_train_test_and_solutions(ws, shared_data):
     r = _ingest(
         ws,
@@ -92,6 +93,7 @@ def test_eval_sets_answers(ws, shared_data):
     assert m500[S.SUBJECT] == "Precalculus" and json.loads(m500[S.META])["unique_id"].startswith("test/precalculus")
 
 
+@pytest.mark.slow
 def test_deepscaler_pool_conflicts_and_reconciliation(ws, shared_data):
     r = _ingest(ws, "ds", shared_data / "fastcurl/train_L1.parquet", shared_data / "fastcurl/train_L3.parquet")
     s = r.summary

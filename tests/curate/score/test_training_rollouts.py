@@ -29,3 +29,14 @@ def test_training_rollouts_are_not_evidence_by_default():
     assert target_model(usable(both, opted), None) == "other-run-01-stage1"  # the recipe's choice, stated
     named = EvidenceConfig(model="other-run-01-stage1")  # naming a training model always counts
     assert target_model(usable(both, named), named.model) == "other-run-01-stage1"
+
+
+def test_a_training_runs_measurement_of_its_own_model_is_a_training_rollout():
+    """``training run``'s measure step samples its SFT model with ``curate rollout`` (run_tag ``chain``): the next
+    run's curation must not read it by default either."""
+    measured = _rows("sft-model", "hf", 1, [True, False])
+    chain = _rows("runs/a/sft/final", "hf", 2, [True, True]).with_columns(pl.lit("chain-1a2b3c").alias(S.RUN_ID))
+    both = pl.concat([measured, chain])
+    assert target_model(usable(both, EvidenceConfig()), None) == "sft-model"
+    named = EvidenceConfig(model="runs/a/sft/final")  # the run's own measure step names it
+    assert target_model(usable(both, named), named.model) == "runs/a/sft/final"

@@ -249,6 +249,7 @@ def fake_embeddings(ws, problems, embed, progress):
     return np.asarray(rows, dtype=np.float32)
 
 
+@pytest.mark.slow
 def test_clusters_from_embeddings_and_reclustering(ws, monkeypatch):
     from curate import cluster
     from curate.score import stage as score
@@ -268,3 +269,24 @@ def test_clusters_from_embeddings_and_reclustering(ws, monkeypatch):
     table = io.read_parquet(ws.selection_dir("k4") / "selection.parquet")
     joined = table.join(scores.select(S.PROBLEM_ID, pl.col(S.CLUSTER).alias("c")), on=S.PROBLEM_ID)
     assert joined[S.CLUSTER].equals(joined["c"], check_names=False)
+
+
+def test_sources_keep_one_ingest_source_of_a_pool():
+    """``select.sources``: the SFT set from one generator source, the RL set from another, in one pool."""
+    import polars as pl
+
+    from curate import schema as S
+    from curate.select.stage import SelectConfig, select_frame
+
+    n = 6
+    candidates = pl.DataFrame({
+        S.PROBLEM_ID: [f"p{i}" for i in range(n)], S.SOURCE: ["sft", "rl"] * (n // 2), S.SPLIT: ["train"] * n,
+        S.CONTAMINATED: [False] * n, S.DUPLICATE_OF: [f"p{i}" for i in range(n)], S.PROMPT_CHARS: [10] * n,
+        S.ZERO_VARIANCE: [False] * n, S.SOLVED: [False] * n, S.CLUSTER: [0] * n, "des": [0.5] * n,
+        "unverifiable_answer": [False] * n,
+    })  # fmt: skip
+    chosen, drops, _ = select_frame(candidates, SelectConfig(sources=("rl",), size=0), seed=0)
+    assert sorted(chosen[S.PROBLEM_ID]) == ["p1", "p3", "p5"]
+    assert drops[S.DROP_REASON].to_list() == ["other_source"] * 3
+    everything, _, _ = select_frame(candidates, SelectConfig(size=0), seed=0)
+    assert everything.height == n

@@ -395,6 +395,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_sigkill_during_teacher_loop_resumes_without_duplicates(tmp_path):
     killed, clean = io.Workspace.resolve(tmp_path / "killed"), io.Workspace.resolve(tmp_path / "clean")
     for w in (killed, clean):

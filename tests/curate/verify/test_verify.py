@@ -269,6 +269,7 @@ def test_checks_from_threads_keep_their_timeouts():
     assert [r.verdict for r in results[1:]] == ["correct", "correct"]
 
 
+@pytest.mark.slow
 def test_a_hung_worker_is_killed_and_the_batch_survives():
     # math-verify's own alarm (10 s) is longer than the wall bound (3 s): the parent must kill the worker.
     cfg = VerifyConfig(parse_timeout_s=10, verify_timeout_s=10, item_timeout_s=3.0)
@@ -294,6 +295,7 @@ def _handle(state, cfg, item):
     return ("ok", item * 2)
 
 
+@pytest.mark.slow
 def test_pool_replaces_dead_and_hung_workers():
     pool = Pool(2, _init, _handle)
     try:
