@@ -453,6 +453,26 @@ def run_chain(
         return _run_steps(run, call, curate)
 
 
+def _rl_passes(run: Run, step: Call, state: ChainState) -> ChainState:
+    """The RL stages in order (the run's pinned curriculum), each evaluated and, with ``decide``, decided on; then
+    CoScale iterations while ``decide.coscale_iterations`` allows."""
+    recipe = run.recipe
+    stages = run.stages()
+    while True:
+        for stage in stages if state.iteration == 0 else coscale_stages(run, state):
+            name = rl_step_name(stage, state.iteration)
+            state = step(name, rl_stage, run, state, stage)
+            state = step(f"eval {name}", evaluate_model, run, state)
+            if recipe.decide is not None and step(f"decide {name}", decide, run, state, name)["action"] == STOP:
+                break
+        if recipe.decide is None or state.iteration >= recipe.decide.coscale_iterations:
+            return state
+        state = step(f"it{state.iteration + 1}:measure", coscale_measure, run, state)
+        state = step(f"it{state.iteration}:solutions", coscale_solutions, run, state)
+        state = step(f"it{state.iteration}:sft", coscale_sft, run, state)
+        state = step(f"eval it{state.iteration}:sft", evaluate_model, run, state)
+
+
 def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
     """The order of the steps (``run_chain`` holds the run folder's lock around it)."""
     recipe = run.recipe
@@ -482,36 +502,20 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
     from training.evaluate import heldout_problems
 
     heldout_problems(run.ws, recipe.pool, split=recipe.eval.split, limit=recipe.eval.limit)  # fails before training
-    # validated before any model work (the run's pinned copy once training started); with ``measure`` the curriculum
-    # is built after SFT, so its stages are known then
-    stages = run.stages() if recipe.measure is None else []
-
-    # 2. the starting model, 3. SFT
-    state = step("init", init_model, run)
     if recipe.measure is None:
-        stages = run.stages()  # the run's pinned copy from here on (init pinned it), on this run and on a resume
+        run.stages()  # validated before any model work (with ``measure`` the curriculum is built after SFT)
+
+    # 2. the starting model, 3. SFT, the SFT model's own pass rates over the RL candidates
+    state = step("init", init_model, run)
     state = step("eval init", evaluate_model, run, state)
     if recipe.sft is not None:
         state = step("sft", sft, run, state)
         state = step("eval sft", evaluate_model, run, state)
     if recipe.measure is not None:
         state = step("measure", measure, run, state)
-        stages = run.stages()
 
     # 4. RL stages, each evaluated and (with ``decide``) decided on; then CoScale iterations
-    while True:
-        for stage in stages if state.iteration == 0 else coscale_stages(run, state):
-            name = rl_step_name(stage, state.iteration)
-            state = step(name, rl_stage, run, state, stage)
-            state = step(f"eval {name}", evaluate_model, run, state)
-            if recipe.decide is not None and step(f"decide {name}", decide, run, state, name)["action"] == STOP:
-                break
-        if recipe.decide is None or state.iteration >= recipe.decide.coscale_iterations:
-            break
-        state = step(f"it{state.iteration + 1}:measure", coscale_measure, run, state)
-        state = step(f"it{state.iteration}:solutions", coscale_solutions, run, state)
-        state = step(f"it{state.iteration}:sft", coscale_sft, run, state)
-        state = step(f"eval it{state.iteration}:sft", evaluate_model, run, state)
+    state = _rl_passes(run, step, state)
 
     # 5. re-distillation of the starting model on the last stage's correct rollouts
     if recipe.redistill is not None:
