@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -285,6 +286,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--home", help="Workspace root (default: $CURATE_HOME, the recipe's home, ./workspace).")
     parser.add_argument("--dask", dest="dask_address", help='Run rollout shards on Dask: an address or "local".')
     args = parser.parse_args(argv)
+    if not os.environ.get("PREFECT_API_URL"):
+        reap_orphaned_servers()
     with exit_on_sigterm():
         return curate_dataset(
             recipe_path=args.recipe,
@@ -294,6 +297,46 @@ def main(argv: list[str] | None = None) -> dict:
             home=args.home,
             dask_address=args.dask_address,
         )
+
+
+EPHEMERAL_APP = "prefect.server.api.server:create_app"  # what Prefect's temporary API server runs (uvicorn)
+
+
+def reap_orphaned_servers(proc: Path = Path("/proc")) -> list[int]:
+    """Stop temporary Prefect API servers whose flow process was killed (SIGKILL leaves them listening; see
+    ``exit_on_sigterm``): processes of this user running Prefect's ephemeral server app (``PREFECT__SERVER_EPHEMERAL``
+    in their environment) whose parent is gone (re-parented to init, or to a non-Python subreaper). A live flow's
+    server, whose parent is that flow's Python process, is never touched. Called when a flow starts from the command
+    line; Linux only (elsewhere: ``pkill -f prefect.server.api.server``). Returns the pids it stopped."""
+    import signal
+
+    if not (proc / "self").exists():
+        return []
+    stopped = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != os.getuid():
+                continue
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            if EPHEMERAL_APP.encode() not in cmdline:
+                continue
+            if b"PREFECT__SERVER_EPHEMERAL=1" not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            parent = (proc / str(ppid) / "comm").read_text().strip() if ppid > 1 else "init"
+            if ppid > 1 and parent.startswith("python"):
+                continue  # its flow is alive
+            os.kill(int(entry.name), signal.SIGTERM)
+            stopped.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+    if stopped:
+        from curate.progress import log
+
+        log(f"stopped {len(stopped)} temporary Prefect server(s) left by killed flow runs: pids {stopped}")
+    return stopped
 
 
 @contextlib.contextmanager

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ from prefect.cache_policies import NONE
 from prefect.runtime import flow_run
 
 from flows import artifacts
-from flows.curation import curate_dataset, exit_on_sigterm
+from flows.curation import curate_dataset, exit_on_sigterm, reap_orphaned_servers
 from training import runner
 from training.chain import open_run
 from training.recipe import load_recipe
@@ -170,6 +171,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--training-pool", help="Hand the training part to a deployment on this work pool.")
     parser.add_argument("--part", choices=PARTS, default="all", help="Run all, only curation, or only training.")
     args = parser.parse_args(argv)
+    if not os.environ.get("PREFECT_API_URL"):
+        reap_orphaned_servers()
     with exit_on_sigterm():
         return train_chain(
             recipe_path=args.recipe,

@@ -227,8 +227,10 @@ def test_chain_deploys_resumes_after_a_killed_worker_publishes_artifacts_and_han
     assert model == run_dir / "rl" / "02-stage2" / "final" and (model / "config.json").is_file()
     lineage = json.loads((model / "lineage.json").read_text())
     assert lineage["data"]["selection"].endswith("selections/t/selection.parquet")
-    assert lineage["data"]["curriculum"].endswith("curricula/t")
-    assert lineage["data"]["solutions"].endswith("solutions/t/sft.parquet")
+    assert lineage["data"]["curriculum"] == str(run_dir / "data" / "curriculum")  # the run's own copy
+    assert lineage["data"]["data"]["sources"]["curriculum"].endswith("curricula/t")
+    assert lineage["data"]["solutions"] == str(run_dir / "data" / "sft.parquet")
+    assert lineage["data"]["data"]["sources"]["sft"].endswith("solutions/t/sft.parquet")
     assert lineage["data"]["recipe"] == str(run_dir / "recipe.json") and lineage["code"]["curate_rl"]
     assert "selections/t/selection.parquet" in (model / "README.md").read_text()
     assert {"chain-chain", "chain-lineage", "chain-solutions", "chain-training", "chain-eval"} <= keys
