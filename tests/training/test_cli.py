@@ -19,3 +19,24 @@ def test_training_reward_on_jsonl(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out == {"rows": 3, "scored": 3, "skipped_unreadable_gold": 0, "mean_reward": round(1 / 3, 4)}
     assert main(["reward", str(tmp_path / "missing.jsonl")]) == 2
+
+
+def test_run_json_prints_only_json_on_stdout(tmp_path, capsys, monkeypatch):
+    """``training run --json``: the chain's ``[chain]`` lines go to stderr, stdout parses as JSON (issue 23.8)."""
+    import json
+
+    import yaml
+
+    from training import runner
+    from training.cli import main
+
+    def fake_chain(recipe, *, home, out, echo, **_):
+        echo("[chain] sft                      held-out pass@1 = 0.500 ± 0.010")
+        return {"run_dir": str(tmp_path / "run"), "wall_s": 1.0, "steps": []}
+
+    monkeypatch.setattr(runner, "run_chain", fake_chain)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({"name": "r", "pool": "p", "train": "x.parquet", "rl": {"loss_type": "cispo"}}))
+    assert main(["run", "--recipe", str(recipe), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["wall_s"] == 1.0 and "[chain] sft" in captured.err
