@@ -150,6 +150,7 @@ class CurateGRPOTrainer(GRPOTrainer):
         self.ledger = ledger
         self.metrics_log = metrics_log
         self.resume_rng_from: str | None = None  # set by training.rl when resuming: see ``training_step``
+        self.optimizer_from: Path | None = None  # set by training.rl to carry Adam's moments: see ``create_optimizer``
         self._rl_rewards = None
         super().__init__(*args, **kwargs)
         per_chunk = self.num_iterations * self.args.steps_per_generation
@@ -160,6 +161,20 @@ class CurateGRPOTrainer(GRPOTrainer):
     # -------------------------------------------------------------- data
     def _get_train_sampler(self, dataset=None):
         return self.bridge
+
+    def create_optimizer(self, model=None):
+        # Chained stages (``rl.carry_optimizer``): start from the previous stage's Adam moments instead of a fresh
+        # Adam, keeping this stage's own learning rate and schedule (only the per-parameter state is loaded). A
+        # resumed stage then loads its own checkpoint's optimizer over this, as usual.
+        optimizer = super().create_optimizer(model)
+        if self.optimizer_from is not None:
+            saved = torch.load(self.optimizer_from, weights_only=True, map_location="cpu")
+            current = optimizer.state_dict()
+            n_params = sum(len(group["params"]) for group in current["param_groups"])
+            if any(int(index) >= n_params for index in saved["state"]):
+                raise ConfigError(f"{self.optimizer_from}: the optimizer state of another model ({n_params} here)")
+            optimizer.load_state_dict({**current, "state": saved["state"]})
+        return optimizer
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         # An exact resume: transformers restores the checkpoint's RNG state only when it skips data, and the

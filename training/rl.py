@@ -59,6 +59,7 @@ SCALE_REWARDS = ("group", "batch", "none")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 BACKEND = "trl"
 CONFIG, SUMMARY = "config.json", "summary.json"  # the run folder's identity and result files
+OPTIMIZER = "optimizer.pt"  # Adam's state after the last step (``carry_optimizer``)
 
 
 # --------------------------------------------------------------------------------------------------- config
@@ -79,6 +80,9 @@ class RLConfig:
     ScaleRL switches: zero_variance_filter, batch_adv_norm, prompt_level_loss, fp32_lm_head (TRL
     cast_lm_head_to_fp32, trainer side), mask_truncated_completions. use_vllm / vllm_*: TRL passthrough (GPU).
     ledger_model: model name of the ledger rows (None: the run folder's name). report_to: TRL passthrough.
+    carry_optimizer: in a chain of stages, start this stage's Adam from the previous stage's moments (its
+    ``optimizer.pt``) instead of a fresh Adam, keeping this stage's learning rate and schedule (``training run``
+    passes the previous stage; a first stage starts fresh).
     """
 
     loss_type: str = "cispo"
@@ -113,6 +117,7 @@ class RLConfig:
     prompt_level_loss: bool = False
     fp32_lm_head: bool = False
     mask_truncated_completions: bool = False
+    carry_optimizer: bool = False
     dtype: str = "float32"
     bf16: bool | None = None
     gradient_checkpointing: bool = True
@@ -439,10 +444,16 @@ def build_trainer(
 
 # --------------------------------------------------------------------------------------------------- run
 def run_identity(
-    cfg: RLConfig, model: str | Path, train: Path, pool: str | None, ledger_model: str | None
+    cfg: RLConfig,
+    model: str | Path,
+    train: Path,
+    pool: str | None,
+    ledger_model: str | None,
+    optimizer_from: Path | None = None,
 ) -> dict[str, Any]:
     """What makes a run: re-running with the same identity resumes, a different one is refused."""
     return {
+        "optimizer_from": str(optimizer_from) if optimizer_from else None,
         "rl": cfg.to_dict(),
         "model": str(model),
         "train": str(train),
@@ -460,12 +471,14 @@ def train_rl(
     out_dir: Path,
     home: str | Path | None = None,
     pool: str | None = None,
+    optimizer_from: str | Path | None = None,
 ) -> dict[str, Any]:
     """Train one RL stage into ``out_dir`` (see the module docstring); returns the run summary.
 
     model: starting model (hub id or a saved folder; vLLM colocate needs a folder). train: the stage's prompts.
     home / pool: the workspace and pool whose rollout ledger receives every training rollout (no ledger without a
-    pool). Multi-process (torchrun / accelerate launch): every rank calls this; rank 0 writes the files.
+    pool). optimizer_from: the previous stage's ``optimizer.pt`` to start Adam from (``carry_optimizer``).
+    Multi-process (torchrun / accelerate launch): every rank calls this; rank 0 writes the files.
     """
     from accelerate import PartialState
 
@@ -475,7 +488,10 @@ def train_rl(
         raise InputError(f"train file {train} not found")
     model = run_folder.check_model(model)
     ledger_model = cfg.ledger_model or out_dir.resolve().name
-    identity = run_identity(cfg, model, train, pool, ledger_model if pool else None)
+    optimizer_from = Path(optimizer_from) if optimizer_from else None
+    if optimizer_from is not None and not optimizer_from.is_file():
+        raise InputError(f"{optimizer_from} not found: the previous stage saves it when it finishes")
+    identity = run_identity(cfg, model, train, pool, ledger_model if pool else None, optimizer_from)
     run_id = "rl-" + hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
     if run_folder.claim(out_dir, CONFIG, identity, write=False):
         done = run_folder.finished(out_dir, SUMMARY)
@@ -514,9 +530,14 @@ def train_rl(
     if checkpoint is not None:
         trainer.bridge.load_checkpoint_state(json.loads((checkpoint / run_folder.SAMPLER_STATE).read_text()))
         trainer.resume_rng_from = str(checkpoint)  # restored at the first step: the resumed steps sample the same
+    trainer.optimizer_from = optimizer_from
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     final = out_dir / run_folder.FINAL
     trainer.save_model(str(final))
+    if state.is_main_process:  # Adam's state at the end: the next chained stage may start from it
+        import torch
+
+        torch.save(trainer.optimizer.state_dict(), out_dir / OPTIMIZER)
 
     from training.sampler_bridge import state_hash
 

@@ -219,9 +219,12 @@ def rl_stage(run: Run, state: ChainState, stage: StagePlan) -> ChainState:
         cfg["ledger_model"] = cfg.get("ledger_model") or run.ledger_model(folder)  # unique per run
         if recipe.eval.every:
             cfg.update(save_steps=recipe.eval.every, save_total_limit=None)
+        follows_rl = state.last_stage is not None and state.model == str(Path(state.last_stage) / "final")
+        carried = Path(state.last_stage) / rl.OPTIMIZER if cfg.get("carry_optimizer") and follows_rl else None
         run_step({
             "kind": "rl", "out": str(folder), "model": state.model, "train": str(stage.shard), "config": cfg,
             "home": str(run.ws.root), "pool": recipe.pool, "lineage": lineage,
+            "optimizer_from": str(carried) if carried else None,
         }, recipe.launch)  # fmt: skip
     stamp_lineage(folder / "final", lineage)  # no-op when the step wrote it
     compute = run_folder.stage_compute(folder)

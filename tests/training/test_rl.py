@@ -415,3 +415,26 @@ def test_warmup_is_honoured_with_the_default_constant_schedule(tmp_path):
     from training.sft import lr_schedule  # SFT's warmup_ratio goes through the same mapping
 
     assert (lr_schedule("constant", 0.05), lr_schedule("cosine", 0.05)) == ("constant_with_warmup", "cosine")
+
+
+def test_carry_optimizer_starts_adam_from_the_previous_stages_moments(trainer, tmp_path):
+    """``carry_optimizer``: the next stage's Adam starts from the saved moments, with its own learning rate."""
+    trainer.optimizer, trainer.optimizer_from = None, None
+    first = trainer.create_optimizer()
+    loss = sum((p.float() ** 2).sum() for p in trainer.model.parameters() if p.requires_grad)
+    loss.backward()
+    first.step()
+    first.zero_grad()
+    torch.save(first.state_dict(), tmp_path / "optimizer.pt")
+    saved = first.state_dict()
+    saved_lr = [g["lr"] for g in saved["param_groups"]]
+    try:
+        trainer.optimizer, trainer.optimizer_from = None, tmp_path / "optimizer.pt"
+        carried = trainer.create_optimizer().state_dict()
+        assert carried["state"].keys() == saved["state"].keys() and carried["state"]
+        assert all(torch.equal(carried["state"][i]["exp_avg"], saved["state"][i]["exp_avg"]) for i in saved["state"])
+        assert [g["lr"] for g in carried["param_groups"]] == saved_lr  # this stage's own lr, not a stale one
+        trainer.optimizer, trainer.optimizer_from = None, None
+        assert not trainer.create_optimizer().state_dict()["state"]  # a first stage starts from a fresh Adam
+    finally:
+        trainer.optimizer, trainer.optimizer_from = None, None
