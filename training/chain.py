@@ -108,11 +108,15 @@ class Run:
         """The run's ``chain.json`` as it is now (read fresh: a step may have run in another process)."""
         return Chain(self.run_dir)
 
+    @property
+    def tag(self) -> str:
+        """``<run folder name>-<hash of its path>``: names this run's own things in the shared workspace (ledger
+        models of its RL stages, the selection and curriculum ``measure`` builds), so two runs never share them."""
+        return f"{self.run_dir.name}-{hashlib.sha256(str(self.run_dir).encode()).hexdigest()[:8]}"
+
     def ledger_model(self, stage_dir: Path) -> str:
-        """The ledger model name of an RL stage of this run: unique per run folder (two runs of one recipe, or
-        a ``--out`` run beside the default one, never share rollouts), readable (``<run>-<hash>-<stage>``)."""
-        tag = hashlib.sha256(str(self.run_dir).encode()).hexdigest()[:8]
-        return f"{self.run_dir.name}-{tag}-{Path(stage_dir).name}"
+        """The ledger model name of an RL stage of this run (``<run>-<hash>-<stage>``)."""
+        return f"{self.tag}-{Path(stage_dir).name}"
 
     def pinned(self, what: str) -> Path | None:
         """The run's own copy of its data (``pin_data``): ``curriculum`` (folder), ``train`` or ``sft`` (files);
@@ -356,7 +360,7 @@ def pin_data(run: Run, parts: tuple[str, ...] = ("sft", "curriculum", "train")) 
     change. Returns the record (sources and sha256 of every copy); idempotent."""
     recipe, ws, data = run.recipe, run.ws, run.run_dir / DATA
     if "curriculum" in parts and recipe.curriculum and run.pinned("curriculum") is None:
-        source = ws.curriculum_dir(recipe.curriculum)
+        source = ws.curriculum_dir(measured_name(run) if recipe.measure is not None else recipe.curriculum)
         plan_path = source / "plan.json"
         if not plan_path.is_file():
             raise InputError(
@@ -377,11 +381,17 @@ def pin_data(run: Run, parts: tuple[str, ...] = ("sft", "curriculum", "train")) 
     record = data / PINNED_RECORD
     if not record.is_file() or set(json.loads(record.read_text())["sha256"]) != _copies(data):
         hashes = {name: file_hash(data / name) for name in sorted(_copies(data))}
-        sources = {"curriculum": str(ws.curriculum_dir(recipe.curriculum)) if recipe.curriculum else None,
+        curriculum = measured_name(run) if recipe.measure is not None else recipe.curriculum
+        sources = {"curriculum": str(ws.curriculum_dir(curriculum)) if recipe.curriculum else None,
                    "train": str(resolve_path(ws, recipe.train)) if recipe.train else None,
                    "sft": str(resolve_path(ws, recipe.sft.data)) if recipe.sft is not None else None}  # fmt: skip
         io.write_json(record, {"sha256": hashes, "sources": {k: v for k, v in sources.items() if v}})
     return json.loads(record.read_text())
+
+
+def measured_name(run: Run) -> str:
+    """The selection and curriculum the ``measure`` step builds for this run: ``<curriculum>.<run tag>``."""
+    return f"{run.recipe.curriculum}.{run.tag}"
 
 
 def _copies(data: Path) -> set[str]:

@@ -93,7 +93,7 @@ def heldout_problems(
     df = df.filter(pl.col(S.SPLIT) == split)
     if df.is_empty():
         raise ValueError(f"pool {pool!r} has no {split!r} problems (splits present: {have or 'none'})")
-    cols = [c for c in (S.PROBLEM_ID, S.PROBLEM, S.ANSWER, S.ANSWER_ALTERNATIVES) if c in df.columns]
+    cols = [c for c in (S.PROBLEM_ID, S.PROBLEM, S.ANSWER, S.ANSWER_ALTERNATIVES, S.LEVEL, S.META) if c in df.columns]
     df = df.select(cols).sort(S.PROBLEM_ID)
     return df.head(limit) if limit is not None else df
 
@@ -261,6 +261,46 @@ def read_eval(run_dir: str | Path) -> pl.DataFrame:
     """A run's eval curve (empty frame with the eval schema when none was written)."""
     path = Path(run_dir) / EVAL_FILE
     return pl.read_parquet(path) if path.is_file() else pl.DataFrame(schema=EVAL_SCHEMA)
+
+
+def groups(problems: pl.DataFrame, by: str) -> pl.DataFrame:
+    """(problem_id, group) for a per-level breakdown: ``by`` is a column of the problems table (``level``,
+    ``difficulty``, ``subject``) or ``meta.<key>``, a field of its JSON ``meta`` (``meta.ops``: the built-in
+    arithmetic chains' length). Raises ``ValueError`` when the problems have no such field."""
+    import json
+
+    if by.startswith("meta."):
+        key = by.split(".", 1)[1]
+        if S.META not in problems.columns:
+            raise ValueError(f"eval.by {by!r}: the problems have no meta column")
+        values = [json.loads(m or "{}").get(key) for m in problems[S.META].to_list()]
+    elif by in problems.columns:
+        values = problems[by].to_list()
+    else:
+        raise ValueError(f"eval.by {by!r}: not a column of the problems ({problems.columns}) nor meta.<key>")
+    if all(v is None for v in values):
+        raise ValueError(f"eval.by {by!r}: no problem has a value")
+    return pl.DataFrame({S.PROBLEM_ID: problems[S.PROBLEM_ID], "group": [str(v) for v in values]})
+
+
+def pass_by(per_problem: pl.DataFrame, grouping: pl.DataFrame) -> dict[str, dict[str, float]]:
+    """pass@1 and problem count per group (``groups``) of one model's per-problem table."""
+    df = per_problem.filter(pl.col("scored")).join(grouping, on=S.PROBLEM_ID, how="inner")
+    rows = df.group_by("group").agg(pl.col("mean").mean().alias("pass_at_1"), pl.len().alias("n")).sort("group")
+    return {g: {"pass_at_1": p, "n": n} for g, p, n in rows.iter_rows()}
+
+
+def paired_gain_by(after: pl.DataFrame, before: pl.DataFrame, grouping: pl.DataFrame) -> dict[str, dict[str, Any]]:
+    """``paired_gain`` within each group of ``grouping`` (groups with fewer than 2 problems left out)."""
+    out = {}
+    for group in sorted(set(grouping["group"].to_list())):
+        ids = grouping.filter(pl.col("group") == group).select(S.PROBLEM_ID)
+        a, b = after.join(ids, on=S.PROBLEM_ID, how="semi"), before.join(ids, on=S.PROBLEM_ID, how="semi")
+        try:
+            out[group] = paired_gain(a, b)
+        except ValueError:
+            continue
+    return out
 
 
 def paired_gain(after: pl.DataFrame, before: pl.DataFrame) -> dict[str, Any]:

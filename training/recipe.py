@@ -96,12 +96,17 @@ class EvalSection(EvalConfig):
     split: the pool's split to evaluate on (never the training problems). every: evaluate RL checkpoints every this
     many steps (0: only each stage's final model). init_limit: at most this many problems for the starting model
     (None: ``limit``); a model built from scratch scores 0 and samples to ``max_new_tokens`` every time, so
-    confirming that on a few problems saves minutes.
+    confirming that on a few problems saves minutes. by: also report pass@1 and the RL-vs-SFT gain per group of
+    problems (``level``, ``difficulty``, ``subject`` or ``meta.<key>``, e.g. ``meta.ops``: the arithmetic chains'
+    length). temperatures: more sampling temperatures at which each trained model is also evaluated (e.g. the RL
+    rollouts' temperature beside ``temperature``, the one a user samples at), each with its own paired gain.
     """
 
     split: str = "test"
     every: int = 0
     init_limit: int | None = None
+    by: str | None = None
+    temperatures: list[float] = field(default_factory=list)
 
     def config(self, limit: int | None = None) -> EvalConfig:
         """The ``EvalConfig`` of one evaluation (``limit`` overrides the section's)."""
@@ -138,11 +143,12 @@ class MeasureSection:
     """Before RL, the SFT model's own pass rates over the RL candidates (recipe key ``measure``): ``curate rollout``
     of the SFT model (``rollout``: curate's rollout settings, ``backend`` hf by default, ``model`` set by the
     chain), then ``curate score`` with that model as the evidence (``score``: over the curate recipe's section),
-    ``curate select`` (``select``: over the curate recipe's; ``name`` defaults to ``<curriculum>``) and ``curate
-    curriculum`` (``curriculum``: over the curate recipe's; its ``name`` is the recipe's ``curriculum`` and its
-    ``selection`` the one just made). So DES ranks by the SFT model's real difficulty, the curriculum's bands are
-    that model's, and RL trains on problems at its edge of competence. Each mapping is checked against curate's
-    stage config when the recipe loads.
+    ``curate select`` (``select``: over the curate recipe's) and ``curate curriculum`` (``curriculum``: over the
+    curate recipe's, from the selection just made), both named ``<curriculum>.<run>`` (the recipe's ``curriculum``
+    and the run's tag: two runs in one workspace never share them); the run pins the result as its curriculum.
+    So DES ranks by the SFT model's real difficulty, the curriculum's bands are that model's, and RL trains on
+    problems at its edge of competence. Each mapping is checked against curate's stage config when the recipe
+    loads.
     """
 
     rollout: dict[str, Any] = field(default_factory=dict)
@@ -286,9 +292,10 @@ def curate_recipe(recipe: RunRecipe, stage: str, section: Mapping[str, Any]) -> 
     return curate_config.recipe_from_mapping(data)
 
 
-def measure_sections(recipe: RunRecipe, model: str) -> dict[str, dict[str, Any]]:
+def measure_sections(recipe: RunRecipe, model: str, name: str | None = None) -> dict[str, dict[str, Any]]:
     """The curate sections of the ``measure`` step for ``model`` (the SFT model), in the order they run: rollout,
-    score (that model as the evidence), select and curriculum (the recipe's ``curriculum``, from that selection)."""
+    score (that model as the evidence), select and curriculum (both named ``name``, default the recipe's
+    ``curriculum``; the chain passes a name of the run's own, so concurrent runs never share them)."""
     from curate import config as curate_config
 
     assert recipe.measure is not None and recipe.curriculum and recipe.curate_recipe
@@ -296,8 +303,9 @@ def measure_sections(recipe: RunRecipe, model: str) -> dict[str, dict[str, Any]]
     m = recipe.measure
     score = {**base.stage_config("score"), **m.score}
     score["evidence"] = {**dict(score.get("evidence") or {}), "model": model}
-    select = {**base.stage_config("select"), "name": recipe.curriculum, **m.select}
-    curriculum = {**base.stage_config("curriculum"), **m.curriculum, "name": recipe.curriculum}
+    name = name or recipe.curriculum
+    select = {**base.stage_config("select"), **m.select, "name": name}
+    curriculum = {**base.stage_config("curriculum"), **m.curriculum, "name": name}
     curriculum["selection"] = select["name"]
     rollout = {"backend": "hf", **m.rollout, "model": model, "run_tag": "chain"}
     return {"rollout": rollout, "score": score, "select": select, "curriculum": curriculum}

@@ -5,11 +5,16 @@ The chain, one public function per step, each skipped when its output is already
 1. ``curation`` (optional ``curate_recipe``): the ``curate run`` stages, skipped when up to date (manifests), and
    not run again once the run has started training (``curation_pinned``: the run's data stays what it trained on);
 2. ``init_model``: ``tiny`` builds a small from-scratch model for the built-in task (``training.tiny``), anything
-   else is a local folder or a hub name;
-3. ``sft`` (optional ``sft``) on verified solutions (``curate solutions``' ``sft.parquet``);
+   else is a local folder or a hub name; the run copies its SFT rows and curriculum into ``data/`` (``pin_data``):
+   from here on it trains on its own copies;
+3. ``sft`` (optional ``sft``) on solutions (``curate solutions``' ``sft.parquet``);
+3b. ``measure`` (optional ``measure``): the SFT model's own pass rates over the RL candidates (``curate rollout``,
+   ``score``, ``select``, ``curriculum``), the RL curriculum built from them and pinned;
 4. ``rl_stage`` for each RL stage of the curriculum plan (``training.plan``), in order, each starting from the
-   previous stage's final model; checkpoints every ``eval.every`` steps are evaluated after the stage;
-5. ``evaluate_model`` after every training step (pass@1 as mean@k with its standard error, ``split: test`` only);
+   previous stage's final model (and, with ``rl.carry_optimizer``, its Adam state); checkpoints every
+   ``eval.every`` steps are evaluated after the stage;
+5. ``evaluate_model`` after every training step (pass@1 as mean@k with its standard error, ``split: test`` only;
+   also at ``eval.temperatures``), the result in the model's card;
 6. ``decide`` after every RL stage when the recipe has ``decide`` (below);
 7. ``redistill`` (optional ``redistill``): SFT of the starting model on the last stage's correct RL rollouts;
 8. ``fit_and_plot``: the ScaleRL sigmoid fit over (compute, pass rate) of the RL steps, its advice and figures;
@@ -39,8 +44,11 @@ Run folder (``runs/<name>`` under the workspace unless ``--out``)::
     rl/NN-<stage>/  train_rl run folders       coscale/itN/  pools snapshot, restricted shards, SFT rows, sft/
     eval.parquet  RL eval curve (step, compute, pass_at_1, stderr)   metrics.parquet  RL metrics of every stage
     fit.json, training.png, eval.png, fit.png  the fit and the figures      summary.json  the run's summary
-    evals/<step>.parquet  per-problem held-out results of each step; summary.json's ``gain_over_sft`` pairs
-                  the last RL model with the SFT model on them (gain, paired SE, z)
+    evals/<step>[@T<t>].parquet  per-problem held-out results of each step (and temperature); summary.json's
+                  ``gain_over_sft`` pairs the last RL model with the SFT model on them (gain, paired SE, z, per
+                  ``eval.by`` group and temperature)
+    data/         the run's own copy of its SFT rows and curriculum (pinned.json: sources and hashes)
+    run.lock      one writer at a time
 
 Lineage: every model folder the chain trains (SFT, RL stages, re-distillation) gets the chain's lineage in its card
 and ``lineage.json`` (``chain_lineage``: pool, selection, curriculum, solutions table, resolved recipe, run folder;
@@ -97,9 +105,22 @@ def _eval(model_dir: Path, run: Run, save_as: str | None = None) -> dict[str, An
     limit = sec.init_limit if save_as == "init" and sec.init_limit is not None else sec.limit
     heldout = heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=limit)
     result = evaluate(model_dir, heldout, sec.config(limit))
-    if save_as is not None:
-        io.write_parquet(result["per_problem"], run.run_dir / EVALS / f"{S.slug(save_as)}.parquet")
-    return {k: result[k] for k in ("pass_at_1", "stderr", "n_problems", "k", "warning") if k in result}
+    out = {k: result[k] for k in ("pass_at_1", "stderr", "n_problems", "k", "warning") if k in result}
+    if save_as is None:
+        return out
+    io.write_parquet(result["per_problem"], run.run_dir / EVALS / f"{S.slug(save_as)}.parquet")
+    if save_as != "init":  # the other temperatures (a model built from scratch scores 0 at any)
+        for temperature in sec.temperatures:
+            other = evaluate(model_dir, heldout, dataclasses.replace(sec.config(limit), temperature=temperature))
+            io.write_parquet(other["per_problem"], run.run_dir / EVALS / _at(save_as, temperature))
+            out.setdefault("at_temperature", {})[str(temperature)] = {k: other[k] for k in ("pass_at_1", "stderr")}
+    return out
+
+
+def _at(step: str, temperature: float | None = None) -> str:
+    """The per-problem table of a step in ``evals/``: ``<step>.parquet`` at the eval temperature, else
+    ``<step>@T<temperature>.parquet``."""
+    return f"{S.slug(step)}.parquet" if temperature is None else f"{S.slug(step)}@T{temperature:g}.parquet"
 
 
 def gain_over_sft(run: Run) -> dict[str, Any] | None:
@@ -107,15 +128,41 @@ def gain_over_sft(run: Run) -> dict[str, Any] | None:
     figure a user asks of the chain, "did RL beat SFT, by how many standard errors?". None without both."""
     import polars as pl
 
-    from training.evaluate import paired_gain
+    from training.evaluate import groups, heldout_problems, paired_gain, paired_gain_by
 
-    folder = run.run_dir / EVALS
+    folder, sec = run.run_dir / EVALS, run.recipe.eval
     rl = [r["step"] for r in run.chain().steps if "rl_steps" in r]
-    rl = [step for step in rl if (folder / f"{S.slug(step)}.parquet").is_file()]
+    rl = [step for step in rl if (folder / _at(step)).is_file()]
     if not rl or not (folder / "sft.parquet").is_file():
         return None
-    out = paired_gain(pl.read_parquet(folder / f"{S.slug(rl[-1])}.parquet"), pl.read_parquet(folder / "sft.parquet"))
-    return {"after": rl[-1], "before": "sft", **out}
+    grouping = None
+    if sec.by:
+        grouping = groups(heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit), sec.by)
+
+    def pair(temperature: float | None) -> dict[str, Any] | None:
+        after, before = folder / _at(rl[-1], temperature), folder / _at("sft", temperature)
+        if not (after.is_file() and before.is_file()):
+            return None
+        a, b = pl.read_parquet(after), pl.read_parquet(before)
+        return {**paired_gain(a, b), **({"by": paired_gain_by(a, b, grouping)} if grouping is not None else {})}
+
+    out = {"after": rl[-1], "before": "sft", "temperature": sec.temperature, **pair(None)}
+    others = {str(t): pair(t) for t in sec.temperatures}
+    if any(others.values()):
+        out["at_temperature"] = {t: g for t, g in others.items() if g}
+    return out
+
+
+def _echo_gain(run: Run, gain: Mapping[str, Any]) -> None:
+    """The chain's last lines: RL against SFT on the same held-out problems, at each temperature, per group."""
+    at = [(gain["temperature"], gain), *((float(t), g) for t, g in gain.get("at_temperature", {}).items())]
+    for temperature, g in at:
+        run.echo(f"[chain] {gain['after']} vs sft on the same {g['n_problems']} held-out problems at "
+                 f"T={temperature:g}: {g['before_rate']:.3f} -> {g['after_rate']:.3f}, {g['gain']:+.3f} ± "
+                 f"{g['stderr']:.3f} (paired SE), z = {g['z']:.1f}")  # fmt: skip
+        for group, gg in (g.get("by") or {}).items():
+            run.echo(f"[chain]   {run.recipe.eval.by} {group}: {gg['before_rate']:.3f} -> {gg['after_rate']:.3f}, "
+                     f"{gg['gain']:+.3f} ± {gg['stderr']:.3f} (n={gg['n_problems']})")  # fmt: skip
 
 
 def stage_dir(run: Run, stage: StagePlan, iteration: int = 0) -> Path:
@@ -190,17 +237,26 @@ def measure(run: Run, state: ChainState) -> ChainState:
     recipe's curriculum, then pin that curriculum into the run folder. Recorded as the ``measure`` note of
     ``chain.json`` (rollout summary, pass-rate spread, selection, curriculum) and skipped once recorded."""
     from curate import pipeline
+    from training.chain import measured_name
     from training.recipe import curate_recipe, measure_sections
 
     chain = run.chain()
     if run.recipe.measure is None or chain.note("measure", "sft") is not None:
         return state
     t0 = time.perf_counter()
-    record: dict[str, Any] = {"model": state.model}
-    for stage, section in measure_sections(run.recipe, state.model).items():
-        result = pipeline.run_stage(stage, run.ws, curate_recipe(run.recipe, stage, section)).to_dict()
+    name = measured_name(run)
+    record: dict[str, Any] = {"model": state.model, "curriculum": name}
+    sections = measure_sections(run.recipe, state.model, name)
+
+    def stage(stage: str) -> None:
+        result = pipeline.run_stage(stage, run.ws, curate_recipe(run.recipe, stage, sections[stage])).to_dict()
         record[stage] = json.loads(json.dumps(result.get("summary") or {}, default=str))
         run.echo(f"[chain] measure: {stage} [{result['wall_s']:.0f} s]")
+
+    stage("rollout")
+    with run.ws.lock("pool", run.recipe.pool):  # the pool's scores table is shared: no other run scores meanwhile
+        for name_ in ("score", "select", "curriculum"):
+            stage(name_)
     pinned = pin_data(run, ("curriculum",))
     chain.note("measure", "sft", {**record, "wall_s": round(time.perf_counter() - t0, 1), "pinned": pinned})
     chain.set_lineage(chain_lineage(run))  # now naming the measured curriculum
@@ -529,8 +585,7 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
     fit = step("fit", fit_and_plot, run, state)
     gain = gain_over_sft(run)
     if gain is not None:
-        run.echo(f"[chain] {gain['after']} vs sft on the same {gain['n_problems']} held-out problems: "
-                 f"{gain['gain']:+.3f} ± {gain['stderr']:.3f} (paired SE), z = {gain['z']:.1f}")  # fmt: skip
+        _echo_gain(run, gain)
     wall = round(time.perf_counter() - t_run, 1)
     extra = {"wall_s": wall, "timings": timings, "gain_over_sft": gain}
     return step("summary", write_summary, run, state, fit, extra)

@@ -113,7 +113,8 @@ def _read_generator(spec: SourceSpec, name: str) -> RawSource:
             level=p["level"],
             difficulty=float(p["level"]),
             subject=p["family"],
-            meta={"family": p["family"], "solutions": p["solutions"]},  # every reference solution (issue 13)
+            # every reference solution (issue 13), and an arithmetic chain's length (``ops``: evaluation by level)
+            meta={"family": p["family"], "solutions": p["solutions"], **({"ops": p["ops"]} if "ops" in p else {})},
         )
         for i, p in enumerate(generate.generate(**opts))
     ]

@@ -234,7 +234,7 @@ def judge(
         row[S.SOLUTION_ID] = distinct.solution_id(row[S.PROBLEM_ID], text)
         if v.verdict == "truncated" or row[S.FINISH_REASON] == "length":
             drops.append(_drop(row, "truncated", f"finish_reason length; verdict {v.verdict}"))
-        elif not v.correct:
+        elif cfg.recheck and not v.correct:
             drops.append(_drop(row, "wrong_answer", f"verdict {v.verdict}; extracted {v.extracted!r}; {v.detail}"))
         elif (n_words := distinct.reasoning_words(text)) < cfg.min_reasoning_words:
             drops.append(_drop(row, "answer_leak", f"{n_words} words before the answer"))

@@ -75,6 +75,9 @@ class SolutionsConfig:
     near_duplicate / ngram: the distinctness threshold (word n-gram Jaccard) and n.
     boxed: append a boxed final-answer line to verified solutions that state the answer another way.
     student: ledger model whose pass rate sets the CoScale pool; thresholds ``unsolvable_below`` / ``solved_above``.
+    recheck: drop candidates whose answer the checker finds wrong (default). ``false`` keeps an unverified teacher's
+    traces as given (their verdict still recorded, ``wrong`` included): what an SFT set looks like without this
+    project's check, e.g. the built-in RL task (``gen://arith?early=...``), where RL must untrain what it taught.
     """
 
     k: int = 4
@@ -92,6 +95,7 @@ class SolutionsConfig:
     near_duplicate: float = distinct.DEFAULT_THRESHOLD
     ngram: int = distinct.DEFAULT_NGRAM
     boxed: bool = True
+    recheck: bool = True
     student: str | None = None
     unsolvable_below: float = 0.05
     solved_above: float = 0.70

@@ -273,8 +273,9 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
 
     home = tmp_path / "ws"
     recipe_path = write_tiny_chain(
-        tmp_path, rl_source=True, name="m", curriculum="t-rl", stages={"stage1": {"max_steps": 1}},
-        only_stages=["stage1"], eval={"k": 1, "limit": 4, "max_new_tokens": 32},
+        tmp_path, rl_source=True, early_teacher=True, name="m", curriculum="t-rl", stages={"stage1": {"max_steps": 1}},
+        only_stages=["stage1"],
+        eval={"k": 1, "limit": 4, "max_new_tokens": 32, "by": "meta.ops", "temperatures": [1.0]},
         measure={"rollout": {"n": 2, "max_tokens": 24, "sources": ["t/rl"]},
                  "select": {"sources": ["t/rl"], "size": 10, "drop_solved": False, "drop_zero_variance": False}},
     )  # fmt: skip
@@ -296,7 +297,12 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     assert config["train"] == str(run_dir / "data" / "curriculum" / "stage1.parquet")
     lineage = json.loads((run_dir / "rl" / "01-stage1" / "final" / "lineage.json").read_text())["data"]
     assert lineage["curriculum"] == str(run_dir / "data" / "curriculum")
-    assert lineage["data"]["sources"]["curriculum"].endswith("curricula/t-rl")
+    assert "/curricula/t-rl.m-" in lineage["data"]["sources"]["curriculum"]  # the run's own measured curriculum
+    sft_rows = pl.read_parquet(run_dir / "data" / "sft.parquet")  # the teacher's traces, premature ones included
+    assert sft_rows.height == 2 * sft_rows["problem_id"].n_unique()
+    gain = summary["gain_over_sft"]  # at the eval temperature and at 1.0, per chain length
+    assert gain["temperature"] == 0.6 and set(gain["at_temperature"]) == {"1.0"} and gain["by"]
+    assert (run_dir / "evals" / "rl_stage1@T1.parquet").is_file()
     again = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)  # measure is not run again
     assert ledger.read(io.Workspace(home), "t", sft_model).height == measured.height
     assert [s["step"] for s in again["steps"]] == [s["step"] for s in summary["steps"]]
