@@ -309,6 +309,7 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # two whole chains: ~2 minutes alone, much more on a busy box
 def test_two_runs_in_one_workspace_keep_separate_ledgers_and_their_recorded_inputs(tmp_path):
     """The demo, then a run of the same recipe into another folder (``--out``): each run's RL rollouts go to its own
     ledger model, the second run's curation reads neither run's training rollouts, and the first run's model cards
