@@ -483,14 +483,9 @@ def train_rl(
     from accelerate import PartialState
 
     state = PartialState()
-    out_dir, train = Path(out_dir), Path(train)
-    if not train.is_file():
-        raise InputError(f"train file {train} not found")
-    model = run_folder.check_model(model)
+    out_dir = Path(out_dir)
+    model, train, optimizer_from = _check_inputs(model, train, optimizer_from)
     ledger_model = cfg.ledger_model or out_dir.resolve().name
-    optimizer_from = Path(optimizer_from) if optimizer_from else None
-    if optimizer_from is not None and not optimizer_from.is_file():
-        raise InputError(f"{optimizer_from} not found: the previous stage saves it when it finishes")
     identity = run_identity(cfg, model, train, pool, ledger_model if pool else None, optimizer_from)
     run_id = "rl-" + hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
     if run_folder.claim(out_dir, CONFIG, identity, write=False):
@@ -573,6 +568,19 @@ def train_rl(
         io.write_json(out_dir / SUMMARY, summary)
     state.wait_for_everyone()
     return summary
+
+
+def _check_inputs(
+    model: str | Path, train: str | Path, optimizer_from: str | Path | None
+) -> tuple[str, Path, Path | None]:
+    """The stage's inputs, each checked before any work (one ``InputError`` line for a missing one)."""
+    train = Path(train)
+    if not train.is_file():
+        raise InputError(f"train file {train} not found")
+    optimizer = Path(optimizer_from) if optimizer_from else None
+    if optimizer is not None and not optimizer.is_file():
+        raise InputError(f"{optimizer} not found: the previous stage saves it when it finishes")
+    return run_folder.check_model(model), train, optimizer
 
 
 def _write_card(final: Path, cfg, model, train, identity, rows, dropped, pool, summary) -> None:

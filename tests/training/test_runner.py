@@ -123,8 +123,10 @@ def test_stamp_lineage_names_the_chain_in_the_card_once_and_keeps_the_steps_own_
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # two chains: ~2 minutes alone, more on a busy box
 def test_chain_runs_sft_then_two_stages_with_growing_context_and_hands_the_model_over(tmp_path):
-    """curation -> tiny model -> SFT -> two RL stages (64 then 96 tokens) -> eval after each -> fit attempt."""
+    """curation -> tiny model -> SFT -> two RL stages (64 then 96 tokens) -> eval after each -> fit attempt; then
+    another run of the same recipe into another folder keeps its own ledger and leaves the first run's data alone."""
     from training.runner import run_chain
 
     home = tmp_path / "ws"
@@ -150,6 +152,23 @@ def test_chain_runs_sft_then_two_stages_with_growing_context_and_hands_the_model
     # Re-running the same command trains nothing again.
     again = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)
     assert [s["step"] for s in again["steps"]] == steps
+    # Another run of the same recipe in the same workspace (--out): its own ledger model, and the first run's
+    # pinned inputs (what its cards recorded) keep their content hashes.
+    from curate import io
+    from curate.manifest import file_hash
+    from curate.rollout import ledger
+
+    pinned = json.loads((run_dir / "data" / "pinned.json").read_text())
+    other = Path(
+        run_chain(load_recipe(recipe_path), home=home, out=tmp_path / "quick", echo=lambda s: None)["run_dir"]
+    )
+    models = {json.loads((r / "rl/01-stage1/summary.json").read_text())["ledger"]["model"] for r in (run_dir, other)}
+    assert len(models) == 2  # one ledger model per run
+    for model in models:
+        assert ledger.read(io.Workspace(home), "t", model).height == 2 * 2 * 2  # 2 steps x 2 prompts x 2, one run's
+    assert all(file_hash(run_dir / "data" / name) == sha for name, sha in pinned["sha256"].items())
+    card = json.loads((run_dir / "rl/01-stage1/final/lineage.json").read_text())["data"]
+    assert card["solutions"] == str(run_dir / "data" / "sft.parquet") and card["data"]["sha256"] == pinned["sha256"]
 
 
 def test_chain_control_flow_stops_a_pass_and_runs_coscale_iterations_up_to_the_budget(tmp_path):
@@ -306,35 +325,3 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     again = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)  # measure is not run again
     assert ledger.read(io.Workspace(home), "t", sft_model).height == measured.height
     assert [s["step"] for s in again["steps"]] == [s["step"] for s in summary["steps"]]
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)  # two whole chains: ~2 minutes alone, much more on a busy box
-def test_two_runs_in_one_workspace_keep_separate_ledgers_and_their_recorded_inputs(tmp_path):
-    """The demo, then a run of the same recipe into another folder (``--out``): each run's RL rollouts go to its own
-    ledger model, the second run's curation reads neither run's training rollouts, and the first run's model cards
-    keep pointing at its own pinned copies, whose content hashes do not change."""
-    from curate import io
-    from curate.manifest import file_hash
-    from curate.rollout import ledger
-    from training.runner import run_chain
-
-    home = tmp_path / "ws"
-    recipe_path = write_tiny_chain(tmp_path, name="demo", stages={"stage1": {"max_steps": 1}}, only_stages=["stage1"],
-                                   eval={"k": 1, "limit": 4, "max_new_tokens": 24})  # fmt: skip
-    first = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)
-    a = Path(first["run_dir"])
-    pinned = json.loads((a / "data" / "pinned.json").read_text())
-    second = run_chain(load_recipe(recipe_path), home=home, out=tmp_path / "quick", echo=lambda s: None)
-    b = Path(second["run_dir"])
-    models = {json.loads((run / "rl" / "01-stage1" / "summary.json").read_text())["ledger"]["model"] for run in (a, b)}
-    assert len(models) == 2  # one ledger model per run
-    ws = io.Workspace(home)
-    for model in models:
-        assert ledger.read(ws, "t", model).height == 2 * 2  # 1 step x 2 prompts x 2 generations, never both runs
-    assert {p.name for p in (a / "data").rglob("*.parquet")} == {"sft.parquet", "stage1.parquet", "stage2.parquet",
-                                                                 "stage3.parquet", "stage4.parquet"}  # fmt: skip
-    for name, sha in pinned["sha256"].items():
-        assert file_hash(a / "data" / name) == sha  # the first run's inputs are what its cards recorded
-    card = json.loads((a / "rl" / "01-stage1" / "final" / "lineage.json").read_text())["data"]
-    assert card["solutions"] == str(a / "data" / "sft.parquet") and card["data"]["sha256"] == pinned["sha256"]
