@@ -236,6 +236,22 @@ def _place(tmp: Path, path: Path) -> Path:
     return path
 
 
+def copy_file(source: str | os.PathLike, target: str | os.PathLike) -> Path:
+    """Copy a file atomically: a temp file beside ``target`` (the workspace's temp naming, so a killed copy is
+    cleaned like any other), fsynced, then renamed into place."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _create_temp(target)
+    try:
+        shutil.copyfile(source, tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return _place(tmp, target)
+
+
 def write_parquet(df: pl.DataFrame, path: str | os.PathLike, schema: pl.Schema | None = None) -> Path:
     """Write ``df`` atomically (temp file in the same folder, fsync, rename), validated first if a schema is given."""
     path = Path(path)

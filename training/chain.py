@@ -359,8 +359,9 @@ def pin_data(run: Run, parts: tuple[str, ...] = ("sft", "curriculum", "train")) 
     name) cannot change this run's data, and its model cards keep pointing at files whose content and hash do not
     change. Returns the record (sources and sha256 of every copy); idempotent."""
     recipe, ws, data = run.recipe, run.ws, run.run_dir / DATA
+    curriculum = measured_name(run) if recipe.measure is not None else recipe.curriculum
     if "curriculum" in parts and recipe.curriculum and run.pinned("curriculum") is None:
-        source = ws.curriculum_dir(measured_name(run) if recipe.measure is not None else recipe.curriculum)
+        source = ws.curriculum_dir(curriculum)
         plan_path = source / "plan.json"
         if not plan_path.is_file():
             raise InputError(
@@ -381,7 +382,6 @@ def pin_data(run: Run, parts: tuple[str, ...] = ("sft", "curriculum", "train")) 
     record = data / PINNED_RECORD
     if not record.is_file() or set(json.loads(record.read_text())["sha256"]) != _copies(data):
         hashes = {name: file_hash(data / name) for name in sorted(_copies(data))}
-        curriculum = measured_name(run) if recipe.measure is not None else recipe.curriculum
         sources = {"curriculum": str(ws.curriculum_dir(curriculum)) if recipe.curriculum else None,
                    "train": str(resolve_path(ws, recipe.train)) if recipe.train else None,
                    "sft": str(resolve_path(ws, recipe.sft.data)) if recipe.sft is not None else None}  # fmt: skip
@@ -399,13 +399,9 @@ def _copies(data: Path) -> set[str]:
 
 
 def _copy(source: Path, target: Path) -> None:
-    """Copy a file atomically (temp file, then rename)."""
     if not source.is_file():
         raise InputError(f"{source} not found")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
+    io.copy_file(source, target)
 
 
 # --------------------------------------------------------------------------------------------------- lineage

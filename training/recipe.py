@@ -248,16 +248,10 @@ def recipe_from_mapping(data: Mapping[str, Any]) -> RunRecipe:
     that does not set one, and the ``decide`` sections checked against curate's stage configs."""
     data = dict(data)
     seed = data.get("seed", 0)
-    for key in SEEDED:
-        section = data.get(key)
+    for key in SEEDED:  # sections with a default (tiny, rl, eval) take the seed even when the recipe omits them
+        section = data.get(key, {} if key in ("tiny", "rl", "eval") else None)
         if isinstance(section, Mapping) and "seed" not in section:
             data[key] = {**section, "seed": seed}
-    if "rl" not in data:
-        data["rl"] = {"seed": seed}
-    if "tiny" not in data:
-        data["tiny"] = {"seed": seed}
-    if "eval" not in data:
-        data["eval"] = {"seed": seed}
     recipe = from_mapping(RunRecipe, data, "recipe")
     if recipe.curate_recipe:  # the curation recipe, every section of it, before any work
         from curate import pipeline

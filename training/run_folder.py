@@ -88,8 +88,10 @@ def last_checkpoint(folder: Path, required: Sequence[str] = ()) -> Path | None:
     return None
 
 
-def record_files(folder: Path, patterns: Sequence[str] = ("*",)) -> Path:
-    """Write ``folder/files.json``: size and sha256 of every file matching ``patterns`` (after they are written).
+def record_files(folder: Path, patterns: Sequence[str] = ("*",), hashes: bool = True) -> Path:
+    """Write ``folder/files.json``: the size (and, with ``hashes``, the sha256) of every file matching ``patterns``,
+    after they are written. Checkpoints record sizes only: they are saved on the training path, where hashing a
+    large model's optimizer state every ``save_steps`` would stall training, and a size catches a truncated file.
     Files the writer left private (safetensors writes weights 0600) get the mode the umask gives other files."""
     folder = Path(folder)
     umask = os.umask(0)
@@ -98,7 +100,7 @@ def record_files(folder: Path, patterns: Sequence[str] = ("*",)) -> Path:
     for path in sorted({p for pattern in patterns for p in folder.glob(pattern) if p.is_file() and p.name != FILES}):
         if path.stat().st_mode & 0o777 == 0o600 and umask != 0o177:
             path.chmod(0o666 & ~umask)
-        record[path.name] = {"bytes": path.stat().st_size, "sha256": file_hash(path)}
+        record[path.name] = {"bytes": path.stat().st_size, **({"sha256": file_hash(path)} if hashes else {})}
     return io.write_json(folder / FILES, record)
 
 
@@ -118,7 +120,7 @@ def check_files(folder: Path) -> str | None:
             return f"{name} is missing"
         if path.stat().st_size != want["bytes"]:
             return f"{name} has {path.stat().st_size} bytes, {want['bytes']} were written"
-        if file_hash(path) != want["sha256"]:
+        if "sha256" in want and file_hash(path) != want["sha256"]:
             return f"{name} changed since it was written"
     return None
 
@@ -131,7 +133,7 @@ def save_callback() -> Any:
     class RecordCheckpoint(TrainerCallback):
         def on_save(self, args, state, control, **kwargs):
             if state.is_world_process_zero:
-                record_files(Path(args.output_dir) / f"{PREFIX}{state.global_step}")
+                record_files(Path(args.output_dir) / f"{PREFIX}{state.global_step}", hashes=False)
 
     return RecordCheckpoint()
 

@@ -248,15 +248,15 @@ def measure(run: Run, state: ChainState) -> ChainState:
     record: dict[str, Any] = {"model": state.model, "curriculum": name}
     sections = measure_sections(run.recipe, state.model, name)
 
-    def stage(stage: str) -> None:
+    def run_curate(stage: str) -> None:
         result = pipeline.run_stage(stage, run.ws, curate_recipe(run.recipe, stage, sections[stage])).to_dict()
         record[stage] = json.loads(json.dumps(result.get("summary") or {}, default=str))
         run.echo(f"[chain] measure: {stage} [{result['wall_s']:.0f} s]")
 
-    stage("rollout")
+    run_curate("rollout")
     with run.ws.lock("pool", run.recipe.pool):  # the pool's scores table is shared: no other run scores meanwhile
-        for name_ in ("score", "select", "curriculum"):
-            stage(name_)
+        for stage in ("score", "select", "curriculum"):
+            run_curate(stage)
     pinned = pin_data(run, ("curriculum",))
     chain.note("measure", "sft", {**record, "wall_s": round(time.perf_counter() - t0, 1), "pinned": pinned})
     chain.set_lineage(chain_lineage(run))  # now naming the measured curriculum
@@ -340,8 +340,8 @@ def evaluate_model(run: Run, state: ChainState) -> ChainState:
     if rl and run.recipe.eval.every:
         folder = Path(p["stage_dir"])
         compute = run_folder.stage_compute(folder)
-        for ckpt in sorted(folder.glob("checkpoints/checkpoint-*"), key=lambda c: int(c.name.split("-")[-1])):
-            step = int(ckpt.name.split("-")[-1])
+        for ckpt in run_folder.checkpoints(folder / run_folder.CHECKPOINTS):
+            step = run_folder.checkpoint_step(ckpt)
             if step >= p["rl_steps"]:
                 continue
             ev = _eval(ckpt, run)

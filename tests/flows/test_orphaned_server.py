@@ -15,18 +15,10 @@ from pathlib import Path
 import pytest
 
 from flows.curation import EPHEMERAL_APP, reap_orphaned_servers
+from tests.processes import alive
 
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self").exists(), reason="reads /proc (Linux)")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/status")
-    return not (status.is_file() and "State:\tZ" in status.read_text())
 
 
 def _flow_with_server(tmp_path: Path) -> tuple[subprocess.Popen, int]:
@@ -55,9 +47,9 @@ def test_a_killed_flows_server_is_stopped_and_a_live_flows_is_not(tmp_path):
         stopped = reap_orphaned_servers()
         assert orphan in stopped and live_server not in stopped
         deadline = time.monotonic() + 10
-        while _alive(orphan) and time.monotonic() < deadline:
+        while alive(orphan) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(orphan) and _alive(live_server)
+        assert not alive(orphan) and alive(live_server)
     finally:
         for pid in (live_server, orphan):
             with contextlib.suppress(ProcessLookupError):

@@ -17,30 +17,13 @@ from pathlib import Path
 import pytest
 
 from curate.errors import InputError, LockTimeout
+from tests.processes import alive, wait_for
 from training.chain import StepFailed, open_run, run_lock, run_step
 from training.recipe import recipe_from_mapping
 
 
 RECIPE = {"name": "r", "pool": "p", "train": "x.parquet", "rl": {"loss_type": "cispo"}}
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _wait_for(path: Path, seconds: float = 30.0) -> str:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if path.is_file() and path.read_text().strip():
-            return path.read_text().strip()
-        time.sleep(0.05)
-    raise AssertionError(f"{path} never appeared")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/status")
-    return not (status.is_file() and "State:\tZ" in status.read_text())  # a zombie is dead
 
 
 def test_a_changed_recipe_on_a_finished_run_is_refused_and_its_records_stay(tmp_path):
@@ -76,7 +59,7 @@ def test_a_second_writer_of_a_run_folder_waits_then_gives_up_naming_the_holder(t
         cwd=REPO,
     )  # fmt: skip
     try:
-        _wait_for(ready)
+        wait_for(ready)
         with pytest.raises(LockTimeout, match=rf"run folder .*locked by pid {holder.pid}"), run_lock(run, timeout=0.5):
             pass
     finally:
@@ -126,14 +109,14 @@ def test_killing_the_chain_leaves_no_step_running(tmp_path, sig):
         cwd=REPO, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        child = int(_wait_for(tmp_path / "rl" / "child.pid"))
-        assert _alive(child)
+        child = int(wait_for(tmp_path / "rl" / "child.pid"))
+        assert alive(child)
         parent.send_signal(sig)
         parent.wait(timeout=30)
         deadline = time.monotonic() + 10
-        while _alive(child) and time.monotonic() < deadline:
+        while alive(child) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(child), f"step {child} outlived its parent ({sig.name})"
+        assert not alive(child), f"step {child} outlived its parent ({sig.name})"
     finally:
         parent.kill()
         with_child = tmp_path / "rl" / "child.pid"
