@@ -146,6 +146,7 @@ class MeasureSection:
     ``curate select`` (``select``: over the curate recipe's) and ``curate curriculum`` (``curriculum``: over the
     curate recipe's, from the selection just made), both named ``<curriculum>.<run>`` (the recipe's ``curriculum``
     and the run's tag: two runs in one workspace never share them); the run pins the result as its curriculum.
+    Without ``sft`` it measures the starting model (one SFT'd elsewhere, or another run's ``sft/final``).
     So DES ranks by the SFT model's real difficulty, the curriculum's bands are that model's, and RL trains on
     problems at its edge of competence. Each mapping is checked against curate's stage config when the recipe
     loads.
@@ -207,8 +208,8 @@ class RunRecipe:
         unknown = [f for f in self.plan_fields if f not in PLAN_FIELDS]
         if unknown:
             raise unknown_key_error(unknown, set(PLAN_FIELDS), "plan_fields")
-        if self.measure is not None and not (self.sft and self.curriculum and self.curate_recipe):
-            raise ConfigError("recipe: `measure` needs `sft`, `curriculum` (the one it builds) and `curate_recipe`")
+        if self.measure is not None and not (self.curriculum and self.curate_recipe):  # no sft: the starting model
+            raise ConfigError("recipe: `measure` needs `curriculum` (the one it builds) and `curate_recipe`")
         for name, section in self.stages.items():
             stage_rl(self.rl, section, where=f"stages.{name}")  # every stage's keys and values, now
 

@@ -44,7 +44,8 @@ Run folder (``runs/<name>`` under the workspace unless ``--out``)::
     rl/NN-<stage>/  train_rl run folders       coscale/itN/  pools snapshot, restricted shards, SFT rows, sft/
     eval.parquet  RL eval curve (step, compute, pass_at_1, stderr)   metrics.parquet  RL metrics of every stage
     fit.json, training.png, eval.png, fit.png  the fit and the figures      summary.json  the run's summary
-    evals/<step>[@T<t>].parquet  per-problem held-out results of each step (and temperature); summary.json's
+    evals/<step>[@T<t>].parquet  per-problem held-out results of each step (and temperature; a stage's checkpoints
+                  at the eval temperature as <step>-step<N>.parquet); summary.json's
                   ``gain_over_sft`` pairs the last RL model with the SFT model on them (gain, paired SE, z, per
                   ``eval.by`` group and temperature)
     data/         the run's own copy of its SFT rows and curriculum (pinned.json: sources and hashes)
@@ -96,9 +97,10 @@ STOP, CONTINUE = "stop", "continue"
 
 
 # --------------------------------------------------------------------------------------------------- helpers
-def _eval(model_dir: Path, run: Run, save_as: str | None = None) -> dict[str, Any]:
+def _eval(model_dir: Path, run: Run, save_as: str | None = None, others: bool = True) -> dict[str, Any]:
     """Held-out eval of one model with the recipe's settings; ``save_as`` keeps its per-problem table in
-    ``<run>/evals/<save_as>.parquet`` (what ``gain_over_sft`` pairs up)."""
+    ``<run>/evals/<save_as>.parquet`` (what ``gain_over_sft`` pairs up); ``others``: also at ``eval.temperatures``
+    (each table ``<save_as>@T<t>.parquet``)."""
     from training.evaluate import evaluate, heldout_problems
 
     sec = run.recipe.eval
@@ -109,7 +111,7 @@ def _eval(model_dir: Path, run: Run, save_as: str | None = None) -> dict[str, An
     if save_as is None:
         return out
     io.write_parquet(result["per_problem"], run.run_dir / EVALS / f"{S.slug(save_as)}.parquet")
-    if save_as != "init":  # the other temperatures (a model built from scratch scores 0 at any)
+    if others and save_as != "init":  # the other temperatures (a model built from scratch scores 0 at any)
         for temperature in sec.temperatures:
             other = evaluate(model_dir, heldout, dataclasses.replace(sec.config(limit), temperature=temperature))
             io.write_parquet(other["per_problem"], run.run_dir / EVALS / _at(save_as, temperature))
@@ -121,6 +123,12 @@ def _at(step: str, temperature: float | None = None) -> str:
     """The per-problem table of a step in ``evals/``: ``<step>.parquet`` at the eval temperature, else
     ``<step>@T<temperature>.parquet``."""
     return f"{S.slug(step)}.parquet" if temperature is None else f"{S.slug(step)}@T{temperature:g}.parquet"
+
+
+def checkpoint_eval(step: str, at: int) -> str:
+    """The ``evals/`` name of a stage's checkpoint at its step ``at`` (``rl:stage2`` step 10 -> ``rl_stage2-step10``):
+    its per-problem table, for paired comparisons at an early budget."""
+    return f"{S.slug(step)}-step{at}"
 
 
 def gain_over_sft(run: Run) -> dict[str, Any] | None:
@@ -232,7 +240,8 @@ def sft(run: Run, state: ChainState) -> ChainState:
 
 
 def measure(run: Run, state: ChainState) -> ChainState:
-    """Before RL (recipe key ``measure``): ``curate rollout`` of the current (SFT) model over the RL candidates,
+    """Before RL (recipe key ``measure``): ``curate rollout`` of the current model (the SFT model, or the starting
+    model in a recipe without ``sft``: a model SFT'd elsewhere) over the RL candidates,
     ``curate score`` with those rollouts as the evidence, ``curate select`` and ``curate curriculum`` into the
     recipe's curriculum, then pin that curriculum into the run folder. Recorded as the ``measure`` note of
     ``chain.json`` (rollout summary, pass-rate spread, selection, curriculum) and skipped once recorded."""
@@ -344,7 +353,7 @@ def evaluate_model(run: Run, state: ChainState) -> ChainState:
             step = run_folder.checkpoint_step(ckpt)
             if step >= p["rl_steps"]:
                 continue
-            ev = _eval(ckpt, run)
+            ev = _eval(ckpt, run, save_as=checkpoint_eval(p["step"], step), others=False)
             append_eval(run.run_dir, p["offset_step"] + step, p["offset_compute"] + compute.get(step, step), ev)
             run.echo(f"[chain]   {p['step']} step {step}: pass@1 = {ev['pass_at_1']:.3f} ± {ev['stderr']:.3f}")
     ev = _eval(Path(p["model"]), run, save_as=p["step"])
@@ -365,11 +374,12 @@ def _card_evaluation(run: Run, pending: Mapping[str, Any], ev: Mapping[str, Any]
     """The held-out result in the evaluated model's card (model-index) and ``lineage.json``."""
     from training.card import LINEAGE, record_evaluation
 
-    if (Path(pending["model"]) / LINEAGE).is_file():
+    model = Path(pending["model"])
+    if (model / LINEAGE).is_file() and model.resolve().is_relative_to(run.run_dir.resolve()):  # its own models only
         sec = run.recipe.eval
         result = {k: ev[k] for k in ("pass_at_1", "stderr", "n_problems", "k")}
         how = {"temperature": sec.temperature, "max_new_tokens": sec.max_new_tokens, "split": sec.split}
-        record_evaluation(pending["model"], {**result, **how, "dataset": run.recipe.pool, "step": pending["step"]})
+        record_evaluation(model, {**result, **how, "dataset": run.recipe.pool, "step": pending["step"]})
 
 
 def decision(fit: Mapping[str, Any] | None, pass_now: float, margin: float) -> dict[str, Any]:

@@ -90,7 +90,11 @@ def select(
     name: Annotated[str | None, typer.Option(help="Selection folder name (default: the pool name).")] = None,
     seed: Annotated[int, typer.Option(help="Sampling seed; same seed and inputs give the same subset.")] = 0,
     by: Annotated[
-        str, typer.Option(help="Column to sample on: des, pass_rate, any numeric column; '-col' prefers low values.")
+        str,
+        typer.Option(
+            help="Column to sample on: des, pass_rate, any numeric column; '-col' prefers low values; "
+            "'random': a uniform sample (the baseline DES is compared with)."
+        ),
     ] = "des",
     min_value: Annotated[float | None, typer.Option("--min", help="Keep rows with --by >= this.")] = None,
     max_value: Annotated[float | None, typer.Option("--max", help="Keep rows with --by <= this.")] = None,

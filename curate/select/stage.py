@@ -62,7 +62,9 @@ class SelectConfig:
     name: the selection folder (default: the recipe's name, or the pool on the CLI). size: rows to select; None
     means 1500, or every passing row when min_value/max_value is set; 0 = every passing row (no sampling).
     by: the column sampled on (``des``, ``pass_rate``, any numeric column, or the external ``scores_col``);
-    a leading ``-`` prefers low values. min_value / max_value: bounds on that column (before any ``-``).
+    a leading ``-`` prefers low values; ``random`` samples uniformly (the random-subset baseline ScalingRL compares
+    DES against: no score needed; the filters still apply, turn off ``drop_solved``/``drop_zero_variance`` for a
+    subset that uses no evidence at all). min_value / max_value: bounds on that column (before any ``-``).
     temperature: T of P ∝ exp(score / T), in the column's units; 0 = greedy top-k. DES lies in [0, 1], so the
     default T = 1 (§1.2's T_0, the exploratory start) favours high DES at most e-fold; 0.1 is much sharper.
     clusters: None = the clusters in scores.parquet; K >= 2 re-clusters the pool's embeddings with k-means; 0 or 1
@@ -119,6 +121,9 @@ def load_config(recipe: config.Recipe) -> SelectConfig:
 
 
 # --------------------------------------------------------------------------------------------------- pure parts
+RANDOM = "random"  # ``by: random``: a uniform sample (every eligible row weighs the same)
+
+
 def by_column(by: str) -> tuple[str, float]:
     """``"-pass_rate"`` -> ("pass_rate", -1.0): the column and the sign of its sampling weight."""
     return (by[1:], -1.0) if by.startswith("-") else (by, 1.0)
@@ -195,6 +200,8 @@ def select_frame(
     ``select_score`` and ``rank`` (1 = highest sampling key).
     """
     column, sign = by_column(cfg.by)
+    if column == RANDOM:  # equal weights: the Gumbel keys alone order the rows, a uniform sample per cluster
+        candidates = candidates.with_columns(pl.lit(0.0).alias(RANDOM))
     if column not in candidates.columns:
         numeric = sorted(c for c, t in candidates.schema.items() if t.is_numeric() and not c.startswith("_"))
         raise ConfigError(f"--by {column!r} is not a column of the candidates; numeric columns: {numeric}")
@@ -210,9 +217,10 @@ def select_frame(
     size = cfg.effective_size()
     sampled = 0 < size < eligible.height
     weight = sign * pl.col(S.SELECT_SCORE)
-    if sampled and cfg.temperature > 0:
+    if sampled and (cfg.temperature > 0 or column == RANDOM):
         noise = pl.Series(_KEY, gumbel_noise(eligible[S.PROBLEM_ID].to_list(), seed))
-        eligible = eligible.with_columns((weight / cfg.temperature + noise).alias(_KEY))
+        scaled = weight / cfg.temperature if column != RANDOM else pl.lit(0.0)
+        eligible = eligible.with_columns((scaled + noise).alias(_KEY))
     else:
         eligible = eligible.with_columns(weight.alias(_KEY))
     counts = dict(eligible.group_by(S.CLUSTER).len().iter_rows())

@@ -144,6 +144,9 @@ def test_chain_runs_sft_then_two_stages_with_growing_context_and_hands_the_model
         assert 0.0 <= step["pass_at_1"] <= 1.0 and step["n_problems"] == (4 if step["step"] == "init" else 8)
     curve = pl.read_parquet(run_dir / "eval.parquet")
     assert curve["step"].to_list() == sorted(curve["step"].to_list()) and curve.height >= 3  # checkpoints + finals
+    # a checkpoint's per-problem table (a paired comparison at an early budget): stage 2's step 1 is run step 3
+    early = pl.read_parquet(run_dir / "evals" / "rl_stage2-step1.parquet")
+    assert early["mean"].mean() == pytest.approx(curve.filter(pl.col("step") == 3)["pass_at_1"].item())
     # The last RL model against SFT, paired on the same held-out problems (per-problem tables in evals/).
     gain = summary["gain_over_sft"]
     assert (gain["after"], gain["before"], gain["n_problems"]) == ("rl:stage2", "sft", 8)
@@ -325,3 +328,14 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     again = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)  # measure is not run again
     assert ledger.read(io.Workspace(home), "t", sft_model).height == measured.height
     assert [s["step"] for s in again["steps"]] == [s["step"] for s in summary["steps"]]
+    # An arm from this run's SFT model (bench/bench_methods.py's shape): no `sft`, `measure` measures the starting
+    # model, reusing its rollouts already in the ledger; a random subset; the borrowed model's card is left alone.
+    card = (Path(sft_model) / "README.md").read_bytes()
+    arm = load_recipe(recipe_path, {"model": sft_model, "sft": None, "measure.select.by": "random"})
+    other = run_chain(arm, home=home, out=tmp_path / "arm", echo=lambda s: None)
+    assert [s["step"] for s in other["steps"]] == ["init", "rl:stage1"]
+    [note] = json.loads((tmp_path / "arm" / "chain.json").read_text())["notes"]["measure"]
+    assert note["model"] == sft_model and note["select"]["by"] == "random" and note["select"]["selected"] == 10
+    assert ledger.read(io.Workspace(home), "t", sft_model).height == measured.height  # nothing sampled again
+    assert json.loads((tmp_path / "arm" / "rl" / "01-stage1" / "config.json").read_text())["model"] == sft_model
+    assert (Path(sft_model) / "README.md").read_bytes() == card

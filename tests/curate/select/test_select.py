@@ -114,6 +114,26 @@ def test_temperature_zero_is_top_k_per_cluster_and_low_temperature_prefers_high_
     assert sharp[S.DES].mean() > flat[S.DES].mean() + 0.1
 
 
+def test_random_is_a_uniform_seeded_sample_that_needs_no_scores():
+    """``by: random`` (the baseline DES is compared with): no score column needed, every eligible row equally
+    likely whatever its DES, seeded, and the same at temperature 0 (a uniform sample is never top-k by id)."""
+    frame = candidates(n=2000, clusters=1).drop(S.DES, S.PASS_RATE)
+    chosen, _, report = sel.select_frame(frame, sel.SelectConfig(size=500, by="random"), 0)
+    assert report["selected"] == 500 and chosen[sel.RANDOM].unique().to_list() == [0.0]
+    again = sel.select_frame(frame, sel.SelectConfig(size=500, by="random", temperature=0.0), 0)[0]
+    assert again[S.PROBLEM_ID].sort().equals(chosen[S.PROBLEM_ID].sort())  # the noise alone orders the rows
+    other = sel.select_frame(frame, sel.SelectConfig(size=500, by="random"), 1)[0]
+    assert not other[S.PROBLEM_ID].sort().equals(chosen[S.PROBLEM_ID].sort())
+    # uniform over the row index: a quarter of the eligible rows, whichever quarter of the index they sit in
+    index = {pid: i for i, pid in enumerate(frame[S.PROBLEM_ID].to_list())}
+    quarters = np.bincount([index[p] * 4 // frame.height for p in chosen[S.PROBLEM_ID].to_list()], minlength=4)
+    assert quarters.min() > 90, quarters
+    scored = candidates(n=2000, clusters=1)
+    by_des = sel.select_frame(scored, sel.SelectConfig(size=300, temperature=0.05), 0)[0]
+    at_random = sel.select_frame(scored, sel.SelectConfig(size=300, by="random"), 0)[0]
+    assert by_des[S.DES].mean() > 0.8 and abs(at_random[S.DES].mean() - 0.5) < 0.06
+
+
 def test_thresholds_without_size_take_every_passing_row():
     frame = candidates()
     cfg = sel.SelectConfig(by="pass_rate", min_value=0.5)
