@@ -338,6 +338,34 @@ def print_fit(f: dict[str, Any]) -> None:
           f"error {f['flat_error']:+.3f}")  # fmt: skip
 
 
+def per_token(home: Path, arms: list[str], seeds: list[int], budgets: tuple[float, ...] = (2e5, 5e5, 9e5)) -> dict:
+    """FastCuRL's axis: held-out pass@1 of each arm at equal RL completion tokens, linearly interpolated on its eval
+    curve (the SFT model at 0 tokens), per seed and the mean; no paired SE (interpolated points are not samples)."""
+    import numpy as np
+    import polars as pl
+
+    from training.evaluate import read_eval
+
+    out: dict[str, Any] = {}
+    for arm in arms:
+        rates = []
+        for seed in seeds:
+            if not finished(home, arm, seed):
+                continue
+            curve = read_eval(arm_dir(home, arm, seed)).sort("compute")
+            sft = float(sft_table(home, arm, seed).filter(pl.col("scored"))["mean"].mean())
+            xs, ys = [0.0, *curve["compute"].to_list()], [sft, *curve["pass_at_1"].to_list()]
+            rates.append([float(np.interp(b, xs, ys, right=np.nan)) for b in budgets])
+        if rates:
+            out[arm] = {"per_seed": rates, "mean": np.array(rates).mean(axis=0).tolist()}
+    if out:
+        print("\n== FastCuRL per training token: pass@1 at equal RL completion tokens (interpolated, mean of seeds)")
+        print("arm    | " + " | ".join(f"{b / 1e3:.0f}K tokens" for b in budgets))
+        for arm, r in out.items():
+            print(f"{arm:<6} | " + " | ".join(f"{x:.3f}     " for x in r["mean"]))
+    return out
+
+
 HEADER = (
     "arm        | seed | SFT   | early | end   | end - SFT (paired SE)    | kept  | trunc | rollouts | tokens | CPU"
 )
@@ -368,6 +396,7 @@ def report(home: Path, arms: list[str], seeds: list[int], cpu: dict[str, float])
             results["comparisons"][f"{claim}:{a}-{b}@{when}"] = {"claim": claim, **rec}
             seeds_txt = "; ".join(f"s{s} {_fmt(g)}" for s, g in rec["per_seed"].items())
             print(f"{claim:<9} {a} - {b} @{when:<5}: pooled {_fmt(rec['pooled'])}   [{seeds_txt}]")
+    results["per_token"] = per_token(home, ["base", "single", "tight"], seeds)
     print("\n== ScaleRL's fit on the first half (by RL tokens) of `single`, extrapolated to its last evaluation")
     for seed in seeds:
         f = fit_first_half(home, seed) if finished(home, "single", seed) else None
