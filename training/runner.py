@@ -371,7 +371,8 @@ def evaluate_model(run: Run, state: ChainState) -> ChainState:
 
 # --------------------------------------------------------------------------------------------------- decisions
 def _card_evaluation(run: Run, pending: Mapping[str, Any], ev: Mapping[str, Any]) -> None:
-    """The held-out result in the evaluated model's card (model-index) and ``lineage.json``."""
+    """The held-out result in the evaluated model's card (model-index) and ``lineage.json``: models in this run's
+    folder only (a starting model borrowed from elsewhere, e.g. another run's ``sft/final``, is left as it is)."""
     from training.card import LINEAGE, record_evaluation
 
     model = Path(pending["model"])
