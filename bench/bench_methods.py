@@ -12,9 +12,11 @@ CoScale arms, which are about the SFT data and train their own. Arms (``ARMS``):
    ``uniform`` (a random permutation per epoch, neither filter); the same DES-800 curriculum.
 3. FastCuRL: ``base`` (the staged plan, contexts 128/256/384/256 tokens over the L1/L2/L3/L2 splits) against
    ``single`` (one 40-step stage over L2 at the largest context, 384, the lr decayed linearly instead of stepped),
-   compared per training token; ``mask_truncated_completions`` and the truncation rate recorded.
+   and ``tight`` (the staged plan at half the context, 64/128/192/128), compared per training token;
+   ``mask_truncated_completions`` and the truncation rate recorded.
 4. CoScale-RL: ``pxk`` (1,866 problems x both teacher traces) against ``pk1`` (3,732 problems x one trace, drawn at
-   random) at equal SFT rows (3,732) and steps, each SFT then RL on the base run's curriculum.
+   random) at equal SFT rows (3,732) and steps (4 epochs: the base SFT's 1,866 steps), each from the same
+   from-scratch model, then RL on the base run's curriculum.
 5. ScaleRL's fit: the sigmoid fitted on the first half (by compute) of ``single``'s eval curve (every 5 steps),
    extrapolated to its end, against the measured end, with the error band.
 
@@ -24,9 +26,11 @@ against the SFT model and between the arms of each comparison, per seed. Pooled 
 per-seed differences with its SE (sqrt of the summed variances / seeds).
 
     python bench/bench_methods.py --seeds 0 1 2 --jobs 2 --home /tmp/bench-rl-chain     # runs, then the tables
-    python bench/bench_methods.py --report-only --home /tmp/bench-rl-chain --json bench/methods.json
+    python bench/bench_methods.py --report-only --home /tmp/bench-rl-chain --json /tmp/methods.json
 
-Runs that finished are read back, so rerunning prints the tables without training.
+The base runs come first (``training run --set seed=N --out <home>/runs/seed<N>``, skipped when finished); every
+other arm of a seed waits for its base run. Runs that finished are read back, so rerunning prints the tables (and
+draws ``<home>/methods.png``: pass@1 against RL tokens per comparison, and the fit) without training.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ SINGLE = ("only_stages=[stage2]", "stages.stage2.max_steps=40", "stages.stage2.m
           "stages.stage2.lr_scheduler_type=linear", "eval.every=5")  # fmt: skip
 RANDOM = ("measure.select.size=300", "measure.select.by=random", *NO_FILTERS)
 TIGHT = ("scale.context=0.0078125",)  # 8K/16K/24K/16K x 1/128
+COSCALE = ("sft.epochs=4",)  # 3,732 rows x 4 epochs: the base SFT's 1,866 steps (2 epochs gave SFT pass@1 0.04)
 UNIFORM = ("rl.policy=uniform", "rl.sampler.zero_variance_skip=false", "rl.sampler.no_positive_resampling=false")
 ARMS = (
     Arm("base", "sampler,fastcurl", "the recipe as shipped: DES-800, FastCuRL stages, scalingrl sampler + filters"),
@@ -74,8 +79,8 @@ ARMS = (
     Arm("uniform", "sampler", "uniform sampler, no zero-variance skip, no no-positive-resampling", UNIFORM),
     Arm("single", "fastcurl,fit", "one 40-step stage at the largest context (384), lr 1e-4 decayed linearly", SINGLE),
     Arm("tight", "fastcurl", "the staged plan at half the context, 64/128/192/128: stage 1 can truncate", TIGHT),
-    Arm("pxk", "coscale", "SFT on P x K: 1,866 problems x 2 traces", from_base_sft=False, sft_table="pxk"),
-    Arm("pk1", "coscale", "SFT on PK x 1: 3,732 problems x 1 trace", from_base_sft=False, sft_table="pk1"),
+    Arm("pxk", "coscale", "SFT on P x K: 1,866 problems x 2 traces", COSCALE, from_base_sft=False, sft_table="pxk"),
+    Arm("pk1", "coscale", "SFT on PK x 1: 3,732 problems x 1 trace", COSCALE, from_base_sft=False, sft_table="pk1"),
 )
 BY_NAME = {a.name: a for a in ARMS}
 

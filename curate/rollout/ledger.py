@@ -214,19 +214,24 @@ def taken(
     exclude: Path | None = None,
 ) -> dict[str, set[int]]:
     """Indices in use per problem (of ``problem_ids``, or all): in a part of the model's ledger other than
-    ``exclude``, or claimed by a live writer. Call under the model ledger's lock (``claim`` and ``append`` do)."""
-    parts = [p for p in files(ws, pool, model) if p != exclude]
-    lf = scan_files(parts, [S.PROBLEM_ID, S.SAMPLE_IDX])
+    ``exclude``, or claimed by a live writer. Call under the model ledger's lock (``claim`` and ``append`` do).
+
+    The claims are read before the parts are listed: a claim holder writes its part (without the ledger lock) and
+    only then releases its claim, so a claim gone by the time it is read has its part in place for the listing
+    that follows. The other order lets a part renamed between the listing and the claims' reading go unseen,
+    and its samples be generated twice (two rollouts of one model at once, under load)."""
     wanted = None if problem_ids is None else set(problem_ids)
-    if wanted is not None:
-        lf = lf.filter(pl.col(S.PROBLEM_ID).is_in(sorted(wanted)))
     used: dict[str, set[int]] = {}
-    for pid, idx in lf.unique().collect().iter_rows():
-        used.setdefault(pid, set()).add(idx)
     for rec in live_claims(claims_dir(ws, pool, model)):
         for pid, idx in rec["keys"]:
             if wanted is None or pid in wanted:
                 used.setdefault(pid, set()).add(idx)
+    parts = [p for p in files(ws, pool, model) if p != exclude]
+    lf = scan_files(parts, [S.PROBLEM_ID, S.SAMPLE_IDX])
+    if wanted is not None:
+        lf = lf.filter(pl.col(S.PROBLEM_ID).is_in(sorted(wanted)))
+    for pid, idx in lf.unique().collect().iter_rows():
+        used.setdefault(pid, set()).add(idx)
     return used
 
 
