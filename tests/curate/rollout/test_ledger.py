@@ -90,6 +90,27 @@ def test_two_writers_never_collide(ws):
     second.release()
 
 
+def test_a_part_written_and_its_claim_released_meanwhile_is_never_missed(ws, monkeypatch):
+    """A claim holder writes its part (no ledger lock) and then releases its claim. If that happens while another
+    writer is reading what is taken, the reader must see the claim or the part: claims are read before the parts
+    are listed. (Read the other way round, the samples were claimed again and generated twice.)"""
+    held = ledger.claim(ws, POOL, MODEL, {"a": (0, 1)}, run_id="r-1")
+    numbered = rows(["a", "a"], run_id="r-1").with_columns(pl.Series(S.SAMPLE_IDX, [0, 1], dtype=pl.Int32))
+    real_files = ledger.files
+
+    def files_then_the_holder_finishes(*args, **kwargs):  # the listing happens, then the holder writes and releases
+        listed = real_files(*args, **kwargs)
+        if held.record.is_file():
+            ledger.write_part(numbered, ledger.part_path(ws, POOL, MODEL, ledger.part_name("r-1", "000000")))
+            held.release()
+        return listed
+
+    monkeypatch.setattr(ledger, "files", files_then_the_holder_finishes)
+    assert ledger.claim(ws, POOL, MODEL, {"a": (0, 1, 2)}, run_id="r-2").keys == {"a": (2,)}
+    monkeypatch.undo()
+    assert keys(ws) == [("a", 0), ("a", 1)]
+
+
 def test_resumed_write_does_not_duplicate(ws):
     first = ledger.append(ws, POOL, MODEL, rows(["a", "a", "b"], step=1), part="part-rl-a-step0000001")
     ledger.append(ws, POOL, MODEL, rows(["a", "b"], step=2), part="part-rl-a-step0000002")
