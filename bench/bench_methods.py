@@ -188,24 +188,33 @@ def _chain_steps(run: Path) -> list[dict[str, Any]]:
     return json.loads((run / "chain.json").read_text())["steps"]
 
 
-def _table(run: Path, name: str) -> Any:  # a polars frame, or None
+def _table(run: Path, step: str) -> Any:
+    """The per-problem held-out table of a chain step (``training.runner.eval_file``), or None."""
     import polars as pl
 
-    path = run / "evals" / f"{name}.parquet"
+    from training.runner import EVALS, eval_file
+
+    path = run / EVALS / eval_file(step)
     return pl.read_parquet(path) if path.is_file() else None
+
+
+def _rate(table: Any) -> float:
+    """pass@1 of a per-problem table: the mean over the scored problems."""
+    import polars as pl
+
+    return float(table.filter(pl.col("scored"))["mean"].mean())
 
 
 def rl_tables(run: Path) -> dict[str, Any]:
     """The per-problem held-out tables of a run at the early budget and at the end (``None`` where missing)."""
-    from curate import schema as S
     from training.runner import checkpoint_eval
 
     rl = [r for r in _chain_steps(run) if "rl_steps" in r]
-    out: dict[str, Any] = {"early": None, "end": _table(run, S.slug(rl[-1]["step"])) if rl else None}
+    out: dict[str, Any] = {"early": None, "end": _table(run, rl[-1]["step"]) if rl else None}
     for r in rl:
         first, last = r["offset_step"], r["offset_step"] + r["rl_steps"]
         if last == EARLY:
-            out["early"] = _table(run, S.slug(r["step"]))
+            out["early"] = _table(run, r["step"])
         elif first < EARLY < last:
             out["early"] = _table(run, checkpoint_eval(r["step"], EARLY - first))
     return out
@@ -261,7 +270,7 @@ def fit_first_half(home: Path, seed: int) -> dict[str, Any] | None:
     sft = sft_table(home, "single", seed)
     if curve.height < 4 or sft is None:
         return None
-    r0 = float(sft.filter(pl.col("scored"))["mean"].mean())
+    r0 = _rate(sft)
     end = curve.sort("step").row(-1, named=True)
     half = curve.filter(pl.col("compute") <= end["compute"] / 2)
     cfg = FitConfig(r0=r0, skip_frac=0.0, compute_unit="tokens", min_points=3)
@@ -301,11 +310,11 @@ def arm_row(home: Path, arm: str, seed: int, cpu: dict[str, float]) -> tuple[dic
     from training.evaluate import paired_gain
 
     run = arm_dir(home, arm, seed)
-    tables = {**rl_tables(run), "sft": sft_table(home, arm, seed), "own_sft": _table(run, "sft") is not None}
+    tables = {**rl_tables(run), "sft": sft_table(home, arm, seed), "own_sft": not BY_NAME[arm].from_base_sft}
     used = cpu.get(f"{arm}-seed{seed}")
     row: dict[str, Any] = {**run_figures(run), "cpu_min": round(used / 60, 1) if used else None}
     row["command"] = "training run " + " ".join(command(BY_NAME[arm], home, seed)[4:])
-    row["sft"] = float(tables["sft"]["mean"].mean())
+    row["sft"] = _rate(tables["sft"])
     for when in ("early", "end"):
         if tables[when] is not None:
             g = paired_gain(tables[when], tables["sft"])
@@ -347,7 +356,6 @@ def per_token(home: Path, arms: list[str], seeds: list[int], budgets: tuple[floa
     """FastCuRL's axis: held-out pass@1 of each arm at equal RL completion tokens, linearly interpolated on its eval
     curve (the SFT model at 0 tokens), per seed and the mean; no paired SE (interpolated points are not samples)."""
     import numpy as np
-    import polars as pl
 
     from training.evaluate import read_eval
 
@@ -358,7 +366,7 @@ def per_token(home: Path, arms: list[str], seeds: list[int], budgets: tuple[floa
             if not finished(home, arm, seed):
                 continue
             curve = read_eval(arm_dir(home, arm, seed)).sort("compute")
-            sft = float(sft_table(home, arm, seed).filter(pl.col("scored"))["mean"].mean())
+            sft = _rate(sft_table(home, arm, seed))
             xs, ys = [0.0, *curve["compute"].to_list()], [sft, *curve["pass_at_1"].to_list()]
             rates.append([float(np.interp(b, xs, ys, right=np.nan)) for b in budgets])
         if rates:
@@ -438,7 +446,7 @@ def figure(home: Path, seeds: list[int], path: Path) -> Path | None:
             sft = sft_table(home, arm, seed)
             if not (run / "summary.json").is_file() or sft is None:
                 return None
-            start = pl.DataFrame({"step": [0], "compute": [0.0], "pass_at_1": [float(sft["mean"].mean())]})
+            start = pl.DataFrame({"step": [0], "compute": [0.0], "pass_at_1": [_rate(sft)]})
             frames.append(pl.concat([start, read_eval(run).select("step", "compute", "pass_at_1")]))
         means = pl.concat(frames).group_by("step").agg(pl.col("compute").mean(), pl.col("pass_at_1").mean(), pl.len())
         both = means.filter(pl.col("len") == len(seeds)).sort("step")  # steps every seed evaluated

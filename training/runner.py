@@ -110,16 +110,16 @@ def _eval(model_dir: Path, run: Run, save_as: str | None = None, others: bool = 
     out = {k: result[k] for k in ("pass_at_1", "stderr", "n_problems", "k", "warning") if k in result}
     if save_as is None:
         return out
-    io.write_parquet(result["per_problem"], run.run_dir / EVALS / f"{S.slug(save_as)}.parquet")
+    io.write_parquet(result["per_problem"], run.run_dir / EVALS / eval_file(save_as))
     if others and save_as != "init":  # the other temperatures (a model built from scratch scores 0 at any)
         for temperature in sec.temperatures:
             other = evaluate(model_dir, heldout, dataclasses.replace(sec.config(limit), temperature=temperature))
-            io.write_parquet(other["per_problem"], run.run_dir / EVALS / _at(save_as, temperature))
+            io.write_parquet(other["per_problem"], run.run_dir / EVALS / eval_file(save_as, temperature))
             out.setdefault("at_temperature", {})[str(temperature)] = {k: other[k] for k in ("pass_at_1", "stderr")}
     return out
 
 
-def _at(step: str, temperature: float | None = None) -> str:
+def eval_file(step: str, temperature: float | None = None) -> str:
     """The per-problem table of a step in ``evals/``: ``<step>.parquet`` at the eval temperature, else
     ``<step>@T<temperature>.parquet``."""
     return f"{S.slug(step)}.parquet" if temperature is None else f"{S.slug(step)}@T{temperature:g}.parquet"
@@ -140,7 +140,7 @@ def gain_over_sft(run: Run) -> dict[str, Any] | None:
 
     folder, sec = run.run_dir / EVALS, run.recipe.eval
     rl = [r["step"] for r in run.chain().steps if "rl_steps" in r]
-    rl = [step for step in rl if (folder / _at(step)).is_file()]
+    rl = [step for step in rl if (folder / eval_file(step)).is_file()]
     if not rl or not (folder / "sft.parquet").is_file():
         return None
     grouping = None
@@ -148,7 +148,7 @@ def gain_over_sft(run: Run) -> dict[str, Any] | None:
         grouping = groups(heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit), sec.by)
 
     def pair(temperature: float | None) -> dict[str, Any] | None:
-        after, before = folder / _at(rl[-1], temperature), folder / _at("sft", temperature)
+        after, before = folder / eval_file(rl[-1], temperature), folder / eval_file("sft", temperature)
         if not (after.is_file() and before.is_file()):
             return None
         a, b = pl.read_parquet(after), pl.read_parquet(before)

@@ -219,7 +219,7 @@ def select_frame(
     weight = sign * pl.col(S.SELECT_SCORE)
     if sampled and (cfg.temperature > 0 or column == RANDOM):
         noise = pl.Series(_KEY, gumbel_noise(eligible[S.PROBLEM_ID].to_list(), seed))
-        scaled = weight / cfg.temperature if column != RANDOM else pl.lit(0.0)
+        scaled = weight / cfg.temperature if cfg.temperature > 0 else pl.lit(0.0)  # random at T = 0: noise alone
         eligible = eligible.with_columns((scaled + noise).alias(_KEY))
     else:
         eligible = eligible.with_columns(weight.alias(_KEY))
