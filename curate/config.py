@@ -56,8 +56,11 @@ class SourceSpec:
     path: a file or folder, ``hf://org/name`` (needs internet), or ``gen://mixed?n=2000&seed=0`` (the built-in
     generator). format: an adapter name (``curate ingest --help`` lists them); detected when unambiguous.
     fields: generic-adapter mapping from our column to the source's (``{"problem": "question", "answer": "gt"}``).
-    split: ``train`` or ``test``; defaults from the source where known, else ``train``.
+    split: ``train``, ``validation`` (evaluation while choosing settings) or ``test``; defaults from the source where
+    known, else ``train``.
     name: the source's name in the pool; defaults from the path.
+    gen: options of a ``gen://`` source, the same as its URI's query (``curate.ingest.generate.parse_uri``), in a
+    mapping a recipe can comment line by line; they extend the URI's (``location``).
     """
 
     path: str
@@ -65,6 +68,21 @@ class SourceSpec:
     fields: dict[str, str] = field(default_factory=dict)
     split: str | None = None
     name: str | None = None
+    gen: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.gen and not self.path.startswith("gen://"):
+            raise ConfigError(f"source {self.path}: 'gen' options are for gen:// sources only")
+
+    @property
+    def location(self) -> str:
+        """The path, with ``gen`` merged into a ``gen://`` URI's query (what identifies and reads the source)."""
+        if not self.gen:
+            return self.path
+        from urllib.parse import urlencode
+
+        extra = urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in self.gen.items()})
+        return f"{self.path}{'&' if '?' in self.path else '?'}{extra}"
 
 
 @dataclass(frozen=True)
@@ -266,9 +284,30 @@ def read_yaml(path: str | Path, what: str = "recipe") -> dict[str, Any]:
 
 
 def load_recipe(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Recipe:
-    """Read a recipe YAML, apply dotted overrides, validate. Raises ``ConfigError`` on anything unknown."""
+    """Read a recipe YAML, apply dotted overrides, validate. Raises ``ConfigError`` on anything unknown.
+
+    A recipe may extend another: ``base: other.yaml`` (relative to this file) reads that one first and lays this
+    one's keys over it, mappings merged key by key and anything else (``stages``, lists) replaced: a variant
+    states only what differs (``datasets/tiny/raw.yaml``: the built-in pool without curation)."""
+    path = Path(path).resolve()
     data = read_yaml(path, "recipe")
-    return recipe_from_mapping(apply_overrides(data, overrides), base_dir=Path(path).resolve().parent)
+    seen = [path]
+    while "base" in data:
+        base = (path.parent / str(data.pop("base"))).resolve()
+        if base in seen:
+            raise ConfigError(f"recipe {seen[0]}: `base` recipes form a loop at {base}")
+        seen.append(base)
+        data, path = _merged(read_yaml(base, "base recipe"), data), base
+    return recipe_from_mapping(apply_overrides(data, overrides), base_dir=path.parent)
+
+
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` laid on ``base``: mappings merged recursively, other values replaced."""
+    out = dict(base)
+    for key, value in over.items():
+        both = isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
+        out[key] = _merged(out[key], value) if both else value
+    return out
 
 
 def _resolve(p: str, base_dir: Path) -> str:

@@ -412,19 +412,12 @@ def generate_problem(
     min_ops: int | None = None,
     max_ops: int | None = None,
     ops: str | None = None,
-    early: float = 0.0,
 ) -> dict:
     """Problem ``index`` of the stream ``(seed, family)``: problem, answer, solution(s), level, family (and ``ops``,
     an arithmetic chain's number of operations).
 
     ``solutions`` holds every reference solution (distinct methods); ``solution`` is the first of them.
     ``min_ops`` / ``max_ops`` / ``ops`` (``arith`` only, see ``generate``) change the chain length and operators.
-    ``early`` (``arith``, chains of 2+ operations): an unverified teacher. ``solutions`` is then the step list and,
-    for a share ``early`` of the problems, the same list stopped one operation early with its intermediate value
-    boxed (``stopped_early``: a premature, wrong answer, the commonest slip of distilled traces). ``curate
-    solutions`` checks every answer and drops it; with ``recheck: false`` the SFT set keeps it, and a model
-    fine-tuned on it stops early about that often, which only a reward can untrain (the built-in RL task).
-    Problems, answers and ids do not change with ``early``.
     """
     rng = _rng(seed, index, family)
     fam = rng.choice(FAMILIES) if family == "mixed" else family
@@ -446,19 +439,7 @@ def generate_problem(
     }
     if fam == "arith":  # the chain length: what makes an arithmetic chain hard for a small model
         out["ops"] = len(re.findall(r" [+-] |\\times", problem))
-        if early and out["ops"] >= 2:  # an unverified teacher: the step list and, sometimes, a premature answer
-            out["solutions"] = [solutions[0]]
-            if _rng(seed, index, "early").random() < early:
-                out["solutions"].append(stopped_early(solutions[0]))
     return out
-
-
-def stopped_early(solution: str) -> str:
-    """An arithmetic step list stopped one operation early, its intermediate value boxed: the same arithmetic as
-    the full list, always the wrong answer. The ``early`` teacher's premature trace."""
-    lines = solution.split("\n")
-    value = re.search(r"(-?\d+)\$\.$", lines[-3]).group(1)
-    return "\n".join([*lines[:-2], f"The result is $\\boxed{{{value}}}$."])
 
 
 def _chain(min_ops: int | None, max_ops: int | None) -> tuple[int, int] | None:
@@ -492,43 +473,60 @@ def generate(
     min_ops: int | None = None,
     max_ops: int | None = None,
     ops: str | None = None,
-    early: float = 0.0,
+    **waste_options: float,
 ) -> Iterator[dict]:
     """``n`` problems of the stream ``(seed, family)``, in index order.
 
     ``min_ops`` / ``max_ops``: the number of operations of an ``arith`` chain, drawn uniformly between them (by
     default the level sets it: 1 + level + 0..level). ``ops``: its operators, a subset of ``+-*`` (by default
     ``+-`` at level 1, ``+-*`` above). Numbers stay sized by the level. Other families ignore both. Without them
-    every problem (and id) is what it was before they existed; with them the stream is another one. ``early``: see
-    ``generate_problem``.
+    every problem (and id) is what it was before they existed; with them the stream is another one.
+    ``waste_options``: what real pools hold (``curate.ingest.waste.Waste``: wrong golds, duplicates, leaks of an
+    evaluation stream, a teacher's wrong traces), added to the ``n`` problems; each added row says what it is in
+    ``waste``. Without them the stream is exactly the clean one.
     """
+    from curate.ingest import waste
+
     if not 1 <= min_level <= max_level <= 5:
         raise InputError(f"levels must satisfy 1 <= min_level <= max_level <= 5, got {min_level}..{max_level}")
     _chain(min_ops, max_ops), _operators(ops)  # fail before the first problem
-    if not 0.0 <= early <= 1.0:
-        raise InputError(f"early must be a share in [0, 1], got {early}")
-    for i in range(n):
-        yield generate_problem(
-            i, seed=seed, family=family, min_level=min_level, max_level=max_level, min_ops=min_ops,
-            max_ops=max_ops, ops=ops, early=early,
-        )  # fmt: skip
+    unknown = set(waste_options) - waste.OPTIONS
+    if unknown:
+        raise InputError(f"unknown generator option(s) {sorted(unknown)}")
+    knobs = waste.Waste(**waste_options)  # type: ignore[arg-type]
+    stream = dict(family=family, min_level=min_level, max_level=max_level, min_ops=min_ops, max_ops=max_ops, ops=ops)
+
+    def clean(count: int, stream_seed: int, **other: int | None) -> Iterator[dict]:
+        return (generate_problem(i, seed=stream_seed, **{**stream, **other}) for i in range(count))
+
+    if not knobs.active:
+        yield from clean(n, seed)
+        return
+    chain = {k: v for k, v in (("min_ops", knobs.leak_min_ops), ("max_ops", knobs.leak_max_ops)) if v is not None}
+    yield from waste.apply(knobs, clean(n, seed), seed, lambda count: clean(count, knobs.leak_seed, **chain))
+
+
+INTEGER_OPTIONS = {"n", "seed", "min_level", "max_level", "min_ops", "max_ops", "leak_seed", "leak_n", "leak_min_ops",
+                   "leak_max_ops"}  # fmt: skip
 
 
 def parse_uri(uri: str) -> dict:
     """``gen://mixed?n=2000&seed=0&min_level=1&max_level=5`` -> keyword arguments of ``generate``."""
+    from curate.ingest import waste
+
     parsed = urlparse(uri)
     if parsed.scheme != "gen":
         raise InputError(f"not a generator URI: {uri!r}")
     family = parsed.netloc or "mixed"
     query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
-    allowed = {"n", "seed", "min_level", "max_level", "min_ops", "max_ops", "ops", "early"}
+    allowed = INTEGER_OPTIONS | {"ops"} | waste.OPTIONS
     unknown = set(query) - allowed
     if unknown:
         raise InputError(f"unknown generator option(s) {sorted(unknown)} in {uri!r}; allowed: {sorted(allowed)}")
     try:
-        out: dict = {k: v if k == "ops" else float(v) if k == "early" else int(v) for k, v in query.items()}
+        out: dict = {k: v if k == "ops" else int(v) if k in INTEGER_OPTIONS else float(v) for k, v in query.items()}
     except ValueError as exc:
-        raise InputError(f"generator options other than ops and early must be integers in {uri!r}") from exc
+        raise InputError(f"generator options must be numbers (ops: operators) in {uri!r}") from exc
     if "ops" in out:  # a literal '+' in a query string reads as a space: ops=+- arrives as ' -'
         out["ops"] = _operators(out["ops"].replace(" ", "+") if " " in out["ops"] else out["ops"])
     _chain(out.get("min_ops"), out.get("max_ops"))

@@ -65,8 +65,8 @@ def source_name(path: str) -> str:
 
 def read_source(spec: SourceSpec) -> RawSource:
     """Read one source into raw rows (see module docstring); the one entry point ingest calls."""
-    path_str = spec.path
-    name = spec.name or source_name(path_str)
+    path_str = spec.location
+    name = spec.name or source_name(spec.path)
     if path_str.startswith("gen://"):
         return _read_generator(spec, name)
     if path_str.startswith("hf://"):
@@ -102,7 +102,7 @@ def default_split(name: str) -> str:
 def _read_generator(spec: SourceSpec, name: str) -> RawSource:
     from curate.ingest import generate
 
-    opts = generate.parse_uri(spec.path)
+    opts = generate.parse_uri(spec.location)
     rows = [
         raw_row(
             i,
@@ -114,11 +114,12 @@ def _read_generator(spec: SourceSpec, name: str) -> RawSource:
             difficulty=float(p["level"]),
             subject=p["family"],
             # every reference solution (issue 13), and an arithmetic chain's length (``ops``: evaluation by level)
-            meta={"family": p["family"], "solutions": p["solutions"], **({"ops": p["ops"]} if "ops" in p else {})},
+            # ``waste``: what a row of a realistic pool is (curate.ingest.waste), ground truth no stage reads
+            meta={"family": p["family"], "solutions": p["solutions"], **{k: p[k] for k in ("ops", "waste") if k in p}},
         )
         for i, p in enumerate(generate.generate(**opts))
     ]
-    return RawSource(name=name, format="generator", path=spec.path, rows=rows)
+    return RawSource(name=name, format="generator", path=spec.location, rows=rows)
 
 
 def _read_hub(spec: SourceSpec, name: str) -> RawSource:
@@ -153,5 +154,5 @@ def content_hash(spec: SourceSpec) -> str:
     from curate.manifest import file_hash
 
     if spec.path.startswith(("gen://", "hf://")):
-        return "uri:" + spec.path
+        return "uri:" + spec.location
     return file_hash(Path(spec.path).expanduser())
