@@ -30,7 +30,7 @@ SOLUTION = "solution"  # reference solution, where the source has one
 LEVEL = "level"  # MATH level 1-5 where known
 DIFFICULTY = "difficulty"  # the source's own numeric difficulty label (MATH level, DeepScaleR difficulty)
 SUBJECT = "subject"
-SPLIT = "split"  # "train" or "test": test problems are the evaluation sets decontamination checks against
+SPLIT = "split"  # "train", "validation" or "test": the last two are evaluation sets, decontaminated against
 SOURCE = "source"  # name of the first source the problem was read from
 SOURCE_ROW = "source_row"  # row index inside that source
 SOURCES = "sources"  # every "source#row" this problem was read from (exact duplicates merged)
@@ -123,7 +123,9 @@ TOKENS_INCORRECT_SUM = "tokens_incorrect_sum"
 TOKENS_INCORRECT_N = "tokens_incorrect_n"
 
 # --------------------------------------------------------------------------------------------------- values
-SPLITS = ("train", "test")
+SPLITS = ("train", "validation", "test")
+# Evaluation splits: never trained on, and decontaminated against (``validation`` chooses settings, ``test`` reports)
+HELDOUT_SPLITS = ("validation", "test")
 VERDICTS = ("correct", "wrong", "no_answer", "unparseable", "timeout", "truncated", "error")
 # The instruction appended to every problem (DeepScaleR/FastCuRL). Builders of prompts live in curate/prompts.py.
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."

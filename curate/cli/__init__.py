@@ -101,7 +101,9 @@ def ingest(
         str | None,
         typer.Option("--format", "-f", help="Adapter; detected when unambiguous. See `curate formats`."),
     ] = None,
-    split: Annotated[str | None, typer.Option("--split", help="train or test (default: from the source).")] = None,
+    split: Annotated[
+        str | None, typer.Option("--split", help="train, validation or test (default: from the source).")
+    ] = None,
     field_map: Annotated[
         list[str] | None,
         typer.Option("--field", help="Generic adapter mapping, e.g. --field problem=question --field answer=gt."),

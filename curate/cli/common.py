@@ -67,6 +67,15 @@ def emit(payload: Any, as_json: bool, render: Callable[[Any], None]) -> None:
 USER_ERRORS: tuple[type[BaseException], ...] = (CurateError,)  # LockTimeout included
 
 
+def _mapping_rows(key: str, value: dict) -> list[tuple[str, str]]:
+    """A mapping as ``k=v, ...`` on one row; a mapping of mappings as one row per part (``key.part``, e.g.
+    ``zero_variance_forecast.pool`` and ``.selection``)."""
+    if value and all(isinstance(v, dict) for v in value.values()):
+        return [(f"{key}.{part}", escape(", ".join(f"{k}={v}" for k, v in inner.items()) or "-"))
+                for part, inner in value.items()]  # fmt: skip
+    return [(key, escape(", ".join(f"{k}={v}" for k, v in value.items()) or "-"))]
+
+
 def render_summary(summary: dict) -> None:
     """Render a nested summary dict: scalars as a key/value table, lists of rows as their own tables, and
     ``warnings`` (a list of text) as ``warning:`` lines on stderr."""
@@ -81,10 +90,9 @@ def render_summary(summary: dict) -> None:
             warnings += [str(w) for w in value]
         elif isinstance(value, list) and value and isinstance(value[0], dict):
             nested.append((key, value))
-        elif isinstance(value, dict):
-            scalars.add_row(key, escape(", ".join(f"{k}={v}" for k, v in value.items()) or "-"))
         else:
-            scalars.add_row(key, escape(str(value)))
+            for label, text in _mapping_rows(key, value) if isinstance(value, dict) else [(key, escape(str(value)))]:
+                scalars.add_row(label, text)
     out.print(scalars)
     for key, rows in nested:
         table = Table(title=key)

@@ -46,13 +46,19 @@ class DedupConfig:
     """Near-duplicate clustering inside the train pool.
 
     enabled: run it at all. threshold: minimum cosine (embeddings are L2-normalized); None = the encoder's
-    calibrated value (``curate.embed.THRESHOLDS``), resolved by the stage. same_numbers: also require
-    equal numbers, or, for two problems of at least ``number_slack_tokens`` tokens, one side's numbers to be a
-    sub-multiset of the other's. block_size: rows per tile of the blocked
+    calibrated value (``curate.embed.THRESHOLDS``), resolved by the stage. embeddings: join embedding neighbours
+    (needs the encoder). text: also join problems whose wording is near-identical by the decontamination's n-gram
+    test (``ngram_threshold``), with the same numbers and answer: a reworded copy (``What is $4 + 10$?`` for
+    ``Compute $4 + 10$.``) scores a cosine of only 0.91-0.98 with MiniLM, under the 0.95 at which template siblings
+    with other numbers already sit; it needs no encoder. same_numbers: also require equal numbers, or, for two
+    problems of at least ``number_slack_tokens`` tokens, one side's numbers to be a sub-multiset of the other's.
+    block_size: rows per tile of the blocked
     similarity product. max_neighbors: edges kept per problem (the strongest), bounding memory on huge clusters.
     """
 
     enabled: bool = True
+    embeddings: bool = True
+    text: bool = True
     threshold: float | None = None
     same_numbers: bool = True
     number_slack_tokens: int = 40
@@ -280,21 +286,44 @@ def representative_rank(frame: pl.DataFrame) -> np.ndarray:
     return rank
 
 
+def _edges(
+    vectors: np.ndarray | None,
+    keys: list[str],
+    cfg: DedupConfig,
+    progress: bool,
+    text_edges: tuple[np.ndarray, np.ndarray] | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The candidate pairs: embedding neighbours within an answer group (with ``vectors``) and ``text_edges``."""
+    i = j = np.zeros(0, dtype=np.int64)
+    if vectors is not None:
+        codes = pl.Series(keys).cast(pl.Categorical).to_physical().to_numpy()
+        i, j, _ = similarity_edges(
+            vectors, cfg.threshold, groups=codes, block_size=cfg.block_size, max_neighbors=cfg.max_neighbors,
+            progress=progress,
+        )  # fmt: skip
+    if text_edges is not None:
+        i, j = np.concatenate([i, text_edges[0]]), np.concatenate([j, text_edges[1]])
+    return i, j
+
+
 def near_duplicates(
     frame: pl.DataFrame,
-    vectors: np.ndarray,
+    vectors: np.ndarray | None,
     cfg: DedupConfig,
     numbers: Sequence[Counter] | None = None,
     progress: bool = False,
     lengths: Sequence[int] | None = None,
+    text_edges: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> pl.DataFrame:
     """Cluster ``frame``'s problems (rows aligned with ``vectors``) and pick one representative per cluster.
 
     ``frame`` needs problem_id, answer, sources and solution. ``numbers`` (the numbers in each problem, aligned)
     enables the numbers guard when ``cfg.same_numbers``; ``lengths`` (tokens per problem) allow its sub-multiset
-    slack for long problems (without them, numbers must be equal). Returns problem_id, duplicate_of (null for
+    slack for long problems (without them, numbers must be equal). ``text_edges``: pairs already found by text
+    (``curate.decontaminate.stage.text_duplicate_edges``: near-identical wording, the same numbers and answer),
+    joined with the embedding edges; ``vectors`` None: text edges only. Returns problem_id, duplicate_of (null for
     representatives and unique problems), cluster_size and similarity (cosine to the representative, dropped rows
-    only), in ``frame``'s row order.
+    with vectors only), in ``frame``'s row order.
     """
     n = frame.height
     if n == 0 or not cfg.enabled:
@@ -306,18 +335,10 @@ def near_duplicates(
                 SIMILARITY: pl.Series([None] * n, dtype=pl.Float64),
             }
         )
-    if cfg.threshold is None:
+    if cfg.threshold is None and vectors is not None:
         raise ConfigError("dedup.threshold is unset: give a cosine, or run the stage, which takes the encoder's")
     keys = [A.answer_key(a or "") for a in frame[S.ANSWER].to_list()]
-    codes = pl.Series(keys).cast(pl.Categorical).to_physical().to_numpy()
-    i, j, _ = similarity_edges(
-        vectors,
-        cfg.threshold,
-        groups=codes,
-        block_size=cfg.block_size,
-        max_neighbors=cfg.max_neighbors,
-        progress=progress,
-    )
+    i, j = _edges(vectors, keys, cfg, progress, text_edges)
     keep = np.array([keys[a] != "" for a in i.tolist()], dtype=bool)  # problems without an answer never merge
     if cfg.same_numbers and numbers is not None and i.size:
 
@@ -339,7 +360,7 @@ def near_duplicates(
     rep = np.array([best[label] for label in labels.tolist()], dtype=np.int64)
     dropped = rep != np.arange(n)
     sim = np.full(n, np.nan)
-    if dropped.any():
+    if dropped.any() and vectors is not None:
         sim[dropped] = np.einsum("ij,ij->i", vectors[dropped], vectors[rep[dropped]])
     return pl.DataFrame(
         {

@@ -1,8 +1,8 @@
 r"""The ``decontaminate`` stage: train problems that leak evaluation items, and near-duplicate clusters.
 
-Benchmarks are every ``split == "test"`` problem of the pool plus every problem of the pools named in
-``benchmark_pools``. A train problem is contaminated when one of three tests matches it to a benchmark item (the
-strongest wins: exact, then ngram, then embedding):
+Benchmarks are every evaluation problem of the pool (``split`` validation or test) plus every problem of the pools
+named in ``benchmark_pools``. A train problem is contaminated when one of three tests matches it to a benchmark item
+(the strongest wins: exact, then ngram, then embedding):
 
 - ``exact``: equal token sequences after LaTeX/whitespace normalization (``curate.dedup.tokenize``). Ingest already
   drops case/whitespace-exact copies; this catches formatting variants (``\dfrac``/``\frac``, ``a_{1}``/``a_1``,
@@ -71,11 +71,13 @@ KINDS = ("exact", "ngram", "embedding")
 class DecontamConfig:
     r"""Settings of the ``decontaminate`` stage (recipe key ``decontaminate``).
 
-    benchmark_pools: other pools whose every problem is an evaluation item (besides this pool's test split).
-    ngram_n / ngram_threshold: n-gram length in tokens and the minimum fraction of the benchmark item's n-grams
-    found in the train problem. contained_threshold: at or above this n-gram score the benchmark text is entirely
-    inside the train problem, and only the numbers must be compatible, not the answers (a train item that adds a
-    second question still leaks the first). number_slack_tokens: benchmark items shorter than this (in tokens)
+    benchmark_pools: other pools whose every problem is an evaluation item (besides this pool's validation and test
+    splits). ngram_n / ngram_threshold: n-gram length in tokens and the minimum fraction of the benchmark item's
+    n-grams found in the train problem. short_ngram_n: the n-gram length for benchmark items of at most ``ngram_n``
+    tokens (a short item's numbers must then equal the train problem's exactly, as ever). contained_threshold: at
+    or above this n-gram score the benchmark text is entirely inside the train problem, and only the numbers must
+    be compatible, not the answers (a train item that adds a second question still leaks the first).
+    number_slack_tokens: benchmark items shorter than this (in tokens)
     need exactly the train problem's numbers; longer or contained ones allow a sub-multiset either way.
     use_embeddings / embed_threshold: the embedding test and its minimum cosine (None: the encoder's calibrated
     value, ``curate.embed.THRESHOLDS``; so is ``dedup.threshold``). compatible: require the
@@ -88,6 +90,7 @@ class DecontamConfig:
 
     benchmark_pools: tuple[str, ...] = ()
     ngram_n: int = 8
+    short_ngram_n: int = 3
     ngram_threshold: float = 0.4
     contained_threshold: float = 1.0
     number_slack_tokens: int = 40
@@ -101,8 +104,8 @@ class DecontamConfig:
     dedup: DedupConfig = field(default_factory=DedupConfig)
 
     def __post_init__(self) -> None:
-        if self.ngram_n < 1:
-            raise ConfigError("decontaminate.ngram_n must be >= 1")
+        if not 1 <= self.short_ngram_n <= self.ngram_n:
+            raise ConfigError("decontaminate: need 1 <= short_ngram_n <= ngram_n")
         if not 0.0 < self.ngram_threshold <= 1.0:
             raise ConfigError("decontaminate.ngram_threshold must be in (0, 1]")
 
@@ -137,11 +140,18 @@ class _Side:
     answers: list[list[str]]
 
     @classmethod
-    def of(cls, frame: pl.DataFrame, n: int) -> _Side:
+    def of(cls, frame: pl.DataFrame, n: int, short: int, bench: bool) -> _Side:
+        """``bench``: a benchmark item of at most ``n`` tokens gets ``short``-token n-grams (one n-gram of the whole
+        item could only match a train problem that contains it word for word, and a reworded copy of a short item,
+        ``What is $4 + 10$?`` for ``Compute $4 + 10$.``, would never be found); the train side has both sizes."""
         tokens = [tokenize(p) for p in frame[S.PROBLEM].to_list()]
         alts = frame[S.ANSWER_ALTERNATIVES].to_list()
         answers = [list(a) if a else [x or ""] for a, x in zip(alts, frame[S.ANSWER].to_list(), strict=True)]
-        return cls(tokens, [ngrams(t, n) for t in tokens], [numbers(t) for t in tokens], answers)
+        if bench:
+            grams = [ngrams(t, short if len(t) <= n else n) for t in tokens]
+        else:
+            grams = [ngrams(t, n) | (ngrams(t, short) if len(t) > short else set()) for t in tokens]
+        return cls(tokens, grams, [numbers(t) for t in tokens], answers)
 
 
 def _numbers_agree(t: Counter, b: Counter, b_tokens: int, contained: bool, cfg: DecontamConfig) -> bool:
@@ -191,6 +201,33 @@ def text_candidates(
             if cands:
                 found[i] = sorted(cands, key=lambda x: (-x[1], x[0]))[: cfg.max_candidates]
     return hits, found
+
+
+def text_duplicate_edges(frame: pl.DataFrame, cfg: DecontamConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs ``(i, j)``, ``i < j``, of ``frame``'s problems that are the same problem reworded: each one's n-grams
+    (``_Side.of``'s short-item rule) found in the other at ``ngram_threshold`` or more, the same numbers exactly
+    and answers with the same ``answer_key``. The near-duplicate test that needs no embeddings (``dedup.text``)."""
+    from curate.verify import answers as A
+
+    as_train = _Side.of(frame, cfg.ngram_n, cfg.short_ngram_n, bench=False)
+    as_item = _Side.of(frame, cfg.ngram_n, cfg.short_ngram_n, bench=True)
+    keys = [A.answer_key(a or "") for a in frame[S.ANSWER].to_list()]
+    index: dict[int, list[int]] = defaultdict(list)
+    for j, grams in enumerate(as_item.grams):
+        for g in grams:
+            index[g].append(j)
+    pairs: set[tuple[int, int]] = set()
+    for i, grams in enumerate(as_train.grams):
+        counts: Counter = Counter()
+        for g in grams:
+            counts.update(index.get(g, ()))
+        for j, c in counts.items():
+            if j == i or not keys[i] or keys[i] != keys[j] or as_train.nums[i] != as_train.nums[j]:
+                continue
+            if c >= cfg.ngram_threshold * len(as_item.grams[j]):
+                pairs.add((min(i, j), max(i, j)))
+    ordered = sorted(pairs)
+    return np.array([p[0] for p in ordered], dtype=np.int64), np.array([p[1] for p in ordered], dtype=np.int64)
 
 
 def embedding_candidates(
@@ -269,7 +306,8 @@ def decontaminate(
     cfg = with_thresholds(cfg)
     if equivalent is None:
         equivalent = _default_equivalent(cfg)
-    t_side, b_side = _Side.of(train, cfg.ngram_n), _Side.of(bench, cfg.ngram_n)
+    t_side = _Side.of(train, cfg.ngram_n, cfg.short_ngram_n, bench=False)
+    b_side = _Side.of(bench, cfg.ngram_n, cfg.short_ngram_n, bench=True)
     exact, ngram_cands = text_candidates(t_side, b_side, cfg, progress)
     best: dict[int, tuple[int, str, float]] = {i: (j, "exact", 1.0) for i, j in exact.items()}
     if cfg.use_embeddings and train_vecs is not None and bench_vecs is not None and len(bench_vecs):
@@ -316,7 +354,7 @@ def decontaminate(
 # --------------------------------------------------------------------------------------------------- tables
 def benchmark_problems(ws: io.Workspace, problems: pl.DataFrame, pools: tuple[str, ...]) -> pl.DataFrame:
     """This pool's test rows plus every row of the ``pools`` named, one row per problem_id, sorted by id."""
-    frames = [problems.filter(pl.col(S.SPLIT) == "test")]
+    frames = [problems.filter(pl.col(S.SPLIT).is_in(S.HELDOUT_SPLITS))]
     frames += [io.read_parquet(ws.require_pool(p), S.PROBLEMS) for p in pools]
     return pl.concat(frames, how="vertical").unique(S.PROBLEM_ID, keep="first").sort(S.PROBLEM_ID)
 
@@ -351,10 +389,8 @@ def quarantine_rows(train: pl.DataFrame, filters: pl.DataFrame, duplicates: pl.D
             )
         else:
             reason = "near_duplicate"
-            detail = (
-                f"near duplicate of {r[S.DUPLICATE_OF]} (cosine {r[SIMILARITY]:.3f}, same answer, "
-                f"cluster of {r[S.CLUSTER_SIZE]})"
-            )
+            how = "same wording" if r[SIMILARITY] is None else f"cosine {r[SIMILARITY]:.3f}"
+            detail = f"near duplicate of {r[S.DUPLICATE_OF]} ({how}, same answer, cluster of {r[S.CLUSTER_SIZE]})"
         rows.append(
             {
                 S.SOURCE: r[S.SOURCE],
@@ -415,7 +451,11 @@ def summarize(
                 }
             )
     dup_examples = [
-        {"similarity": round(r[SIMILARITY], 3), "dropped": short(r[S.PROBLEM_ID]), "kept": short(r[S.DUPLICATE_OF])}
+        {
+            "similarity": None if r[SIMILARITY] is None else round(r[SIMILARITY], 3),
+            "dropped": short(r[S.PROBLEM_ID]),
+            "kept": short(r[S.DUPLICATE_OF]),
+        }
         for r in duplicates.filter(pl.col(S.DUPLICATE_OF).is_not_null()).head(max_examples).iter_rows(named=True)
     ]
     sibling_examples = [
@@ -465,11 +505,13 @@ def run(
     empty_dups = pl.DataFrame(
         schema={S.PROBLEM_ID: pl.String, S.DUPLICATE_OF: pl.String, S.CLUSTER_SIZE: pl.Int32, SIMILARITY: pl.Float64}
     )
-    if cfg.dedup.enabled and train_vecs is not None and rows.size:
+    if cfg.dedup.enabled and (train_vecs is not None or cfg.dedup.text) and rows.size:
         subset = train[rows]
         tokens = [tokenize(p) for p in subset[S.PROBLEM].to_list()]
         nums, lengths = [numbers(t) for t in tokens], [len(t) for t in tokens]
-        duplicates = near_duplicates(subset, train_vecs[rows], cfg.dedup, nums, progress, lengths)
+        edges = text_duplicate_edges(subset, cfg) if cfg.dedup.text else None
+        vecs = train_vecs[rows] if train_vecs is not None else None
+        duplicates = near_duplicates(subset, vecs, cfg.dedup, nums, progress, lengths, edges)
     else:
         duplicates = empty_dups.vstack(
             pl.DataFrame(
@@ -494,7 +536,7 @@ def decontaminate_pool(
     problems_path = ws.require_pool(pool)
     filters_path, q_path = ws.table(pool, "filters"), ws.quarantine_path(pool, STAGE)
     bench_paths = [ws.require_pool(p) for p in cfg.benchmark_pools]
-    needs_vectors = cfg.use_embeddings or cfg.dedup.enabled
+    needs_vectors = cfg.use_embeddings or (cfg.dedup.enabled and cfg.dedup.embeddings)
     cfg = with_thresholds(cfg)
     key = encoder_key(cfg.embed) if needs_vectors else None
     conf = asdict(cfg) | ({"encoder_key": key} if needs_vectors else {})
@@ -502,7 +544,7 @@ def decontaminate_pool(
     def work(_manifest) -> StageOutput:
         problems = io.read_parquet(problems_path, S.PROBLEMS)
         bench = benchmark_problems(ws, problems, cfg.benchmark_pools)
-        train = problems.filter(pl.col(S.SPLIT) != "test").sort(S.PROBLEM_ID)
+        train = problems.filter(~pl.col(S.SPLIT).is_in(S.HELDOUT_SPLITS)).sort(S.PROBLEM_ID)
         train_vecs = bench_vecs = None
         if needs_vectors and train.height:
             both = pl.concat([train.select(S.PROBLEM_ID, S.PROBLEM), bench.select(S.PROBLEM_ID, S.PROBLEM)])
@@ -543,7 +585,8 @@ def decontaminate_pool(
 def reconciles_on_disk(problems_path, filters_path, q_path) -> bool:
     """Read back from the files: every train problem of the pool has exactly one row in filters.parquet, and the
     rows filters.parquet flags (contaminated or a near-duplicate) are exactly this stage's quarantine rows."""
-    train = pl.scan_parquet(problems_path).filter(pl.col(S.SPLIT) != "test").select(S.PROBLEM_ID).collect()
+    problems = pl.scan_parquet(problems_path)
+    train = problems.filter(~pl.col(S.SPLIT).is_in(S.HELDOUT_SPLITS)).select(S.PROBLEM_ID).collect()
     filters = pl.read_parquet(filters_path, columns=[S.PROBLEM_ID, S.CONTAMINATED, S.DUPLICATE_OF])
     flagged = filters.filter(pl.col(S.CONTAMINATED) | pl.col(S.DUPLICATE_OF).is_not_null())[S.PROBLEM_ID]
     quarantined = pl.scan_parquet(q_path).filter(pl.col(S.STAGE) == STAGE).select(S.PROBLEM_ID).collect()

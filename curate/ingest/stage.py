@@ -141,10 +141,10 @@ def merge(rows: pl.DataFrame, cfg: IngestConfig, equivalent=None) -> tuple[pl.Da
 
     pending: list[tuple[str, int, int]] = []  # (problem_id, representative row, other row) needing math-verify
     for pid, members in groups.items():
-        test = [i for i in members if recs[i][S.SPLIT] == "test"]
+        test = [i for i in members if recs[i][S.SPLIT] in S.HELDOUT_SPLITS]
         if test and len(test) < len(members):
             for i in members:
-                if recs[i][S.SPLIT] != "test":
+                if recs[i][S.SPLIT] not in S.HELDOUT_SPLITS:
                     outcome[i], detail[i] = "contaminated", f"exact match of test problem {ref(test[0])}"
             groups[pid] = members = test
         rep = members[0]

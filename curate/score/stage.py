@@ -38,6 +38,7 @@ from curate import cluster, config, io
 from curate import schema as S
 from curate.embed import EmbedConfig, encoder_key
 from curate.progress import bar
+from curate.score import forecast
 from curate.score.des import (  # noqa: F401  (re-exported: the curriculum builds DES at t > 0 from these)
     DesConfig,
     PoolStats,
@@ -84,6 +85,8 @@ class ScoreConfig:
     unsolvable_below / solved_above: CoScale-RL pool thresholds; solved_threshold: ScaleRL's No-Positive-Resampling.
     clusters: k-means k over embeddings; use_embeddings False skips the encoder (features only, one cluster).
     embed: settings passed to ``curate.embed.EmbedConfig``. time / horizon: DES time weight w = min(1, time/horizon).
+    rollouts: rollouts per prompt of the RL that follows, for the forecast of zero-variance groups
+    (``curate.score.forecast``) the summary prints.
     """
 
     run: str = "default"
@@ -111,8 +114,11 @@ class ScoreConfig:
     des: DesConfig = field(default_factory=DesConfig)
     time: float = 0.0
     horizon: float = 1.0
+    rollouts: int = 8
 
     def __post_init__(self) -> None:
+        if self.rollouts < 1:
+            raise config.ConfigError("score.rollouts must be >= 1 (rollouts per prompt, for the waste forecast)")
         if self.pseudo_count <= 0:
             raise config.ConfigError("score.pseudo_count must be > 0 (it is the prior's weight in rollouts)")
         if self.predictor not in ("ridge", "hgb"):
@@ -247,7 +253,7 @@ def score_frame(
     sorted by problem_id and has the SCORES columns followed by ``EXTRA_COLUMNS``.
     """
     step = step or (lambda _: None)
-    keep = (problems[S.SPLIT] != "test").fill_null(True).to_numpy()
+    keep = (~problems[S.SPLIT].is_in(S.HELDOUT_SPLITS)).fill_null(True).to_numpy()
     order = problems.filter(keep)[S.PROBLEM_ID].arg_sort().to_numpy()
     rows = np.flatnonzero(keep)[order]
     emb = None if embeddings is None else np.asarray(embeddings, dtype=np.float32)
@@ -510,7 +516,7 @@ def score_pool(
 
     def work(_manifest) -> StageOutput:
         problems = io.read_parquet(problems_path, S.PROBLEMS)
-        train = problems.filter(pl.col(S.SPLIT) != "test").sort(S.PROBLEM_ID)
+        train = problems.filter(~pl.col(S.SPLIT).is_in(S.HELDOUT_SPLITS)).sort(S.PROBLEM_ID)
         ledger = read_ledger(ws, pool)
         ledger = usable(ledger, cfg.evidence) if ledger is not None else None
         if ledger is not None and ledger.height:
@@ -529,6 +535,7 @@ def score_pool(
                 step=lambda name: advance(1, description=f"scoring: {name}"),
             )  # fmt: skip
         summary = summarize(scores, report, filters_present=filters is not None) | {"evidence": evidence_from}
+        summary["zero_variance_forecast"] = forecast.of_frame(scores, cfg.rollouts)
         return StageOutput(
             summary,
             tables={out: (scores, None)},

@@ -76,7 +76,9 @@ class SelectConfig:
     max_prompt_chars: longer problems are dropped as too_long (None = no bound). sources: select only problems
     first read from these ingest sources (their ``name``; None = every source), e.g. the SFT set from one
     generator source and the RL set from another in one pool; the others are dropped as ``other_source``.
-    instruction: appended to the problem in the TRL/verl prompts. plots: write the PNG figures.
+    instruction: appended to the problem in the TRL/verl prompts. plots: write the PNG figures. rollouts: rollouts per
+    prompt of the RL that follows, for the forecast of zero-variance groups in the pool and the selection
+    (``curate.score.forecast``).
     embed: ``curate.embed.EmbedConfig`` settings used when re-clustering.
     """
 
@@ -100,11 +102,14 @@ class SelectConfig:
     max_prompt_chars: int | None = 8192
     instruction: str = prompts.INSTRUCTION
     plots: bool = True
+    rollouts: int = 8
     embed: EmbedConfig = field(default_factory=EmbedConfig)
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise config.ConfigError("select.temperature must be >= 0 (0 = greedy top-k)")
+        if self.rollouts < 1:
+            raise config.ConfigError("select.rollouts must be >= 1 (rollouts per prompt, for the waste forecast)")
         if self.size is not None and self.size < 0:
             raise config.ConfigError("select.size must be >= 0 (0 = take every row that passes the filters)")
 
@@ -132,7 +137,7 @@ def by_column(by: str) -> tuple[str, float]:
 def drop_reason_expr(cfg: SelectConfig, column: str) -> pl.Expr:
     """The first filter a row fails (null = eligible), in ``DROP_ORDER``."""
     rules = [
-        ("split_test", pl.col(S.SPLIT) == "test"),
+        ("split_test", pl.col(S.SPLIT).is_in(S.HELDOUT_SPLITS)),
         ("other_source", pl.lit(cfg.sources is not None) & ~pl.col(S.SOURCE).is_in(list(cfg.sources or ()))),
         ("contaminated", pl.lit(cfg.drop_contaminated) & pl.col(S.CONTAMINATED)),
         ("duplicate", pl.lit(cfg.drop_duplicates) & (pl.col(S.DUPLICATE_OF) != pl.col(S.PROBLEM_ID))),
@@ -248,6 +253,17 @@ def select_frame(
     }
     assert report["selected"] + report["not_sampled"] + drops.height == candidates.height
     return chosen, drops, report
+
+
+def waste_forecast(candidates: pl.DataFrame, selection: pl.DataFrame, cfg: SelectConfig) -> dict[str, Any]:
+    """The forecast share of zero-variance groups (``curate.score.forecast``) over the pool the selection draws from
+    (its sources' train problems) and over the selection, at ``cfg.rollouts`` rollouts per prompt."""
+    from curate.score import forecast
+
+    pool = candidates.filter(pl.col(S.SPLIT) == "train")
+    if cfg.sources is not None:
+        pool = pool.filter(pl.col(S.SOURCE).is_in(list(cfg.sources)))
+    return {"pool": forecast.of_frame(pool, cfg.rollouts), "selection": forecast.of_frame(selection, cfg.rollouts)}
 
 
 # --------------------------------------------------------------------------------------------------- inputs
@@ -367,6 +383,7 @@ def select_pool(
             "temperature": cfg.temperature,
             "seed": seed,
             "sources": dict(selection.group_by(S.SOURCE).len().sort(S.SOURCE).iter_rows()),
+            "zero_variance_forecast": waste_forecast(candidates, selection, cfg),
             "warnings": _warnings(scores, filters, cfg, report) + score_warnings(read_manifest(scores_path), cfg),
         }
         if external_info is not None:
@@ -382,7 +399,7 @@ def select_pool(
         manifest.summary, manifest.rows_in, manifest.rows_out = summary, result.rows_in, result.rows_out
         manifest.drops = dict(result.drops)
         manifest.extra.update(result.extra)
-        pool_rows = candidates.filter(pl.col(S.SPLIT) != "test")
+        pool_rows = candidates.filter(~pl.col(S.SPLIT).is_in(S.HELDOUT_SPLITS))
         export.write_selection(
             out, selection, pool_rows, drops, manifest, instruction=cfg.instruction, plots=cfg.plots
         )
@@ -400,7 +417,7 @@ def _recluster(
         return candidates.with_columns(pl.lit(0, pl.Int32).alias(S.CLUSTER))
     from curate import cluster
 
-    train = candidates.filter(pl.col(S.SPLIT) != "test").sort(S.PROBLEM_ID)
+    train = candidates.filter(~pl.col(S.SPLIT).is_in(S.HELDOUT_SPLITS)).sort(S.PROBLEM_ID)
     labels = cluster.kmeans_clusters(cluster.embed_pool(ws, train, cfg.embed, progress), cfg.clusters, seed)
     fresh = pl.DataFrame({S.PROBLEM_ID: train[S.PROBLEM_ID], S.CLUSTER: pl.Series(labels, dtype=pl.Int32)})
     return (
