@@ -256,7 +256,10 @@ def resolve(
     state: dict[tuple[int, int], bool | None] = {}
     for i, cands in candidates.items():
         for j, score in cands:
-            contained = kind == "ngram" and score >= cfg.contained_threshold
+            # a short item's 3-grams can all be found in a problem that only starts like it (``Compute $4 + 10 - 3 +
+            # 5$.`` for ``Compute $4 + 10 - 3$.``): containment, which waives the answers, needs full-length n-grams
+            short = len(bench.tokens[j]) <= cfg.ngram_n
+            contained = kind == "ngram" and score >= cfg.contained_threshold and not short
             if not cfg.compatible:
                 state[i, j] = True
             elif not _numbers_agree(train.nums[i], bench.nums[j], len(bench.tokens[j]), contained, cfg):

@@ -127,6 +127,41 @@ def test_short_benchmark_needs_exactly_its_numbers():
     assert decontaminate(train, bench, loose)[0][S.CONTAMINATED][0]  # the length rule is what keeps it
 
 
+def test_a_reworded_copy_of_a_short_item_is_found_and_its_siblings_are_not():
+    """A benchmark item shorter than one n-gram (``Compute $4 + 10 - 3$.``: 7 tokens) is matched by 3-grams; before,
+    its single n-gram was the whole item and a reworded copy escaped. Same numbers and answer still required."""
+    bench = table([("Compute $4 + 10 - 3$.", "11", "gen/test")], "test")
+    train = table(
+        [("What is $4 + 10 - 3$?", "11", "copy"), ("Compute $4 + 10 - 2$.", "12", "other number"),
+         ("Compute $4 + 10 - 3 + 5$.", "16", "one more operation"), ("Find the value of $4 + 9 - 3$.", "10", "x")],
+        "train",
+    )  # fmt: skip
+    result, _ = decontaminate(train, bench, DecontamConfig(use_embeddings=False, verify_answers=False))
+    flagged = set(result.filter(pl.col(S.CONTAMINATED))[S.PROBLEM_ID])
+    assert flagged == {S.problem_id("What is $4 + 10 - 3$?")}
+    old, _ = decontaminate(train, bench, DecontamConfig(use_embeddings=False, verify_answers=False, short_ngram_n=8))
+    assert not old[S.CONTAMINATED].any()  # the whole item as one n-gram: what missed it
+
+
+def test_near_duplicates_by_text_need_no_encoder():
+    """``dedup.text``: the same problem reworded (same numbers, same answer) is one cluster, template siblings are
+    not, with the encoder off (a reworded arithmetic chain scores a cosine under MiniLM's 0.95)."""
+    from curate.decontaminate.stage import run
+
+    train = table(
+        [("Compute $3 + 5 - 2 + 7$.", "13", "a"), ("Evaluate $3 + 5 - 2 + 7$.", "13", "a reworded"),
+         ("Compute $3 + 5 - 1 + 7$.", "14", "a sibling"), ("Compute $5 + 3 - 2 + 7$.", "13", "same numbers, order")],
+        "train",
+    )  # fmt: skip
+    bench = table([("Compute $9 - 1$.", "8", "gen/test")], "test")
+    cfg = DecontamConfig(use_embeddings=False, verify_answers=False, dedup=DedupConfig(embeddings=False))
+    _, dups, _ = run(train, bench, cfg)
+    cluster = dups.filter(pl.col(S.CLUSTER_SIZE) > 1)[S.PROBLEM_ID].to_list()
+    assert sorted(cluster) == sorted(S.problem_id(p) for p in ("Compute $3 + 5 - 2 + 7$.", "Evaluate $3 + 5 - 2 + 7$."))
+    off = DecontamConfig(use_embeddings=False, verify_answers=False, dedup=DedupConfig(embeddings=False, text=False))
+    assert (run(train, bench, off)[1][S.CLUSTER_SIZE] == 1).all()
+
+
 def test_answers_compatible_rules():
     assert answers_compatible(["n=1,2,3,4"], ["1,2,3,4"])
     assert answers_compatible(["(9, 3), (6, 3)"], ["(6,3),(9,3)"])
