@@ -15,14 +15,15 @@ from typing import Any
 import yaml
 
 
-def write_tiny_chain(tmp_path: Path, rl_source: bool = False, early_teacher: bool = False, **train: Any) -> Path:
+def write_tiny_chain(tmp_path: Path, rl_source: bool = False, unchecked_teacher: bool = False, **train: Any) -> Path:
     """Write ``curate.yaml`` and ``train.yaml`` into ``tmp_path``; return the training recipe's path.
 
     rl_source: add a second training source ``t/rl`` (longer chains) that the SFT selection leaves out, for the
-    ``measure`` step's RL candidates. early_teacher: the built-in task's SFT data, an unverified teacher whose
-    traces stop one operation early (``gen://...&early=1.0``, ``solutions.recheck: false``)."""
+    ``measure`` step's RL candidates. unchecked_teacher: the SFT source is a teacher's traces, every one wrong
+    (``gen://...&teacher_error=1.0``), kept unchecked (``solutions.recheck: false``): the no-curation baseline's
+    SFT data, where a card must say what was not checked."""
     curate_recipe = tmp_path / "curate.yaml"
-    teacher = "&min_ops=2&max_ops=3&early=1.0" if early_teacher else ""
+    teacher = "&min_ops=2&max_ops=3&teacher_error=1.0" if unchecked_teacher else ""
     rl = [{"path": "gen://arith?n=30&seed=2&max_level=1&min_ops=2&max_ops=3", "name": "t/rl", "split": "train"}]
     curate_recipe.write_text(yaml.safe_dump({
         "name": "t", "pool": "t", "seed": 0,
@@ -36,7 +37,7 @@ def write_tiny_chain(tmp_path: Path, rl_source: bool = False, early_teacher: boo
         "select": {"size": 24, "name": "t", "plots": False, "clusters": 1, "sources": ["t/train"]},
         "curriculum": {"name": "t", "plan": "fastcurl", "selection": "t"},
         "solutions": {"k": 2, "selection": "t",
-                      **({"recheck": False, "near_duplicate": 1.0} if early_teacher else {})},
+                      **({"recheck": False, "near_duplicate": 1.0} if unchecked_teacher else {})},
     }))  # fmt: skip
     recipe = {
         "name": "chain", "pool": "t", "model": "tiny", "curate_recipe": str(curate_recipe), "curriculum": "t",

@@ -125,7 +125,10 @@ class Run:
         return path if path.exists() and (path.is_file() or (path / "plan.json").is_file()) else None
 
     def stages(self) -> list[StagePlan]:
-        """The recipe's RL stages over the run's pinned curriculum (or train file) once training started."""
+        """The recipe's RL stages over the run's pinned curriculum (or train file) once training started; none in
+        an SFT-only recipe."""
+        if not (self.recipe.curriculum or self.recipe.train):
+            return []
         return plan_stages(self.recipe, self.ws, self.pinned("curriculum" if self.recipe.curriculum else "train"))
 
     def coscale_dir(self, iteration: int) -> Path:

@@ -141,8 +141,10 @@ def evaluate(
 
     ``generate`` replaces the hf backend (another backend, or a stub in tests): it takes the requests and the
     sampling settings and returns one ``Completion`` per (problem, sample index). Returns pass_at_1, stderr,
-    n_problems, k, n_samples, warning, verdict counts, truncation rate, mean completion tokens, runtime and
-    ``per_problem`` (a polars frame: problem_id, n_correct, mean, truncated, mean_tokens, scored).
+    n_problems, k, n_samples, warning, verdict counts, truncation rate, mean completion tokens, runtime,
+    ``per_problem`` (a polars frame: problem_id, n_correct, mean, truncated, mean_tokens, scored) and ``samples``
+    (one row per sample: problem_id, sample_idx, completion, correct, verdict: what a reader inspects to see how the
+    model answers, e.g. which share finishes an arithmetic chain).
     """
     if cfg.k < 1:
         raise ValueError(f"k must be >= 1, got {cfg.k}")
@@ -216,6 +218,15 @@ def evaluate(
             pl.col("gold_ok").all().alias("scored"),
         )
     )
+    samples = pl.DataFrame(
+        {
+            S.PROBLEM_ID: [c.problem_id for c in rows],
+            "sample_idx": [c.sample_idx for c in rows],
+            "completion": [c.text for c in rows],
+            "correct": [v.correct for v in verdicts],
+            "verdict": [v.verdict for v in verdicts],
+        }
+    )
     out = summarize(table, cfg.k, cfg.min_samples)
     counts: dict[str, int] = {}
     for v in verdicts:
@@ -230,6 +241,7 @@ def evaluate(
         runtime_s=time.perf_counter() - t0,
         config=asdict(cfg),
         per_problem=table,
+        samples=samples,
     )
     return out
 

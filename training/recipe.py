@@ -169,7 +169,8 @@ class RunRecipe:
     name: run name (folder ``runs/<name>``). pool: the workspace pool (held-out problems, ledger of training
     rollouts). model: ``tiny`` (built from scratch, ``tiny`` section = ``training.tiny.TinyConfig``), a local
     folder or a hub name. curate_recipe: a curation recipe run first (skip-if-done). curriculum: a curriculum
-    folder name (``curate curriculum --name``); or train: one prompt file for a single RL stage. sft: SFT on
+    folder name (``curate curriculum --name``); or train: one prompt file for a single RL stage (neither: an
+    SFT-only run, e.g. a baseline that spends RL's compute on more SFT). sft: SFT on
     verified solutions (``SFTSection``). rl: the ``RLConfig`` every stage starts from; plan_fields / scale /
     stages: how the plan's settings and per-stage overrides (``stages.<name>``: any ``rl`` key) apply
     (``training.plan``). redistill: re-distil the starting model on the last stage's correct rollouts. fit:
@@ -203,8 +204,10 @@ class RunRecipe:
     launch: list[str] | None = None
 
     def __post_init__(self) -> None:
-        if bool(self.curriculum) == bool(self.train):
-            raise ConfigError("recipe: give exactly one of `curriculum` (a plan) or `train` (one prompt file)")
+        if self.curriculum and self.train:
+            raise ConfigError("recipe: give one of `curriculum` (a plan) or `train` (one prompt file), not both")
+        if not (self.curriculum or self.train or self.sft):
+            raise ConfigError("recipe: nothing to train: give `sft` and/or `curriculum` (a plan) or `train` (prompts)")
         unknown = [f for f in self.plan_fields if f not in PLAN_FIELDS]
         if unknown:
             raise unknown_key_error(unknown, set(PLAN_FIELDS), "plan_fields")
@@ -299,7 +302,9 @@ def measure_sections(recipe: RunRecipe, model: str, name: str | None = None) -> 
     score = {**base.stage_config("score"), **m.score}
     score["evidence"] = {**dict(score.get("evidence") or {}), "model": model}
     name = name or recipe.curriculum
-    select = {**base.stage_config("select"), **m.select, "name": name}
+    rollouts = {"rollouts": recipe.rl.num_generations}  # the waste forecast at the RL's group size
+    score = {**rollouts, **score}
+    select = {**base.stage_config("select"), **rollouts, **m.select, "name": name}
     curriculum = {**base.stage_config("curriculum"), **m.curriculum, "name": name}
     curriculum["selection"] = select["name"]
     rollout = {"backend": "hf", **m.rollout, "model": model, "run_tag": "chain"}

@@ -47,7 +47,7 @@ Run folder (``runs/<name>`` under the workspace unless ``--out``)::
     evals/<step>[@T<t>].parquet  per-problem held-out results of each step (and temperature; a stage's checkpoints
                   at the eval temperature as <step>-step<N>.parquet); summary.json's
                   ``gain_over_sft`` pairs the last RL model with the SFT model on them (gain, paired SE, z, per
-                  ``eval.by`` group and temperature)
+                  ``eval.by`` group and temperature); ``<name>.samples.parquet`` beside each: every sample
     data/         the run's own copy of its SFT rows and curriculum (pinned.json: sources and hashes)
     run.lock      one writer at a time
 
@@ -110,13 +110,20 @@ def _eval(model_dir: Path, run: Run, save_as: str | None = None, others: bool = 
     out = {k: result[k] for k in ("pass_at_1", "stderr", "n_problems", "k", "warning") if k in result}
     if save_as is None:
         return out
-    io.write_parquet(result["per_problem"], run.run_dir / EVALS / eval_file(save_as))
+    _keep_eval(result, run.run_dir / EVALS / eval_file(save_as))
     if others and save_as != "init":  # the other temperatures (a model built from scratch scores 0 at any)
         for temperature in sec.temperatures:
             other = evaluate(model_dir, heldout, dataclasses.replace(sec.config(limit), temperature=temperature))
-            io.write_parquet(other["per_problem"], run.run_dir / EVALS / eval_file(save_as, temperature))
+            _keep_eval(other, run.run_dir / EVALS / eval_file(save_as, temperature))
             out.setdefault("at_temperature", {})[str(temperature)] = {k: other[k] for k in ("pass_at_1", "stderr")}
     return out
+
+
+def _keep_eval(result: Mapping[str, Any], path: Path) -> None:
+    """An evaluation's per-problem table at ``path`` and its samples beside it (``<name>.samples.parquet``)."""
+    io.write_parquet(result["per_problem"], path)
+    if "samples" in result:
+        io.write_parquet(result["samples"], path.with_suffix(".samples.parquet"))
 
 
 def eval_file(step: str, temperature: float | None = None) -> str:
@@ -171,6 +178,28 @@ def _echo_gain(run: Run, gain: Mapping[str, Any]) -> None:
         for group, gg in (g.get("by") or {}).items():
             run.echo(f"[chain]   {run.recipe.eval.by} {group}: {gg['before_rate']:.3f} -> {gg['after_rate']:.3f}, "
                      f"{gg['gain']:+.3f} ± {gg['stderr']:.3f} (n={gg['n_problems']})")  # fmt: skip
+
+
+def zero_variance(run: Run) -> dict[str, Any]:
+    """The waste RL met: the share of zero-variance groups the trainer observed over every RL step of the run
+    (``1 - kept_group_frac``, step by step, weighted by groups), beside ``measure``'s forecast for the selection
+    (``curate.score.forecast``; None without ``measure``)."""
+    import polars as pl
+
+    note = run.chain().note("measure", "sft") or {}
+    forecast = ((note.get("select") or {}).get("zero_variance_forecast") or {}).get("selection")
+    kept = groups = 0.0
+    for rec in run.chain().steps:
+        path = Path(rec.get("stage_dir", "")) / "metrics.parquet"
+        if "stage_dir" in rec and path.is_file():
+            m = pl.read_parquet(path)
+            if "kept_group_frac" in m.columns:
+                n = json.loads((Path(rec["stage_dir"]) / "config.json").read_text())["rl"]["prompts_per_step"]
+                kept += float(m["kept_group_frac"].fill_null(0.0).sum()) * n
+                groups += m.height * n
+    observed = round(1.0 - kept / groups, 4) if groups else None
+    return {"forecast": forecast if forecast and forecast.get("share") is not None else None,
+            "observed": observed, "groups": int(groups)}  # fmt: skip
 
 
 def stage_dir(run: Run, stage: StagePlan, iteration: int = 0) -> Path:
@@ -266,6 +295,10 @@ def measure(run: Run, state: ChainState) -> ChainState:
     with run.ws.lock("pool", run.recipe.pool):  # the pool's scores table is shared: no other run scores meanwhile
         for stage in ("score", "select", "curriculum"):
             run_curate(stage)
+    from curate.score.forecast import describe
+
+    for part, fc in (record["select"].get("zero_variance_forecast") or {}).items():
+        run.echo(f"[chain] measure: zero-variance groups forecast for the {part}: {describe(fc)}")
     pinned = pin_data(run, ("curriculum",))
     chain.note("measure", "sft", {**record, "wall_s": round(time.perf_counter() - t0, 1), "pinned": pinned})
     chain.set_lineage(chain_lineage(run))  # now naming the measured curriculum
@@ -497,6 +530,15 @@ def write_summary(
 Call = Callable[..., Any]
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process (every thread) and of its finished child processes (a step's own process,
+    the checker's workers): what a step costs on a shared machine, where wall time moves with the load."""
+    import resource
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def direct(name: str, fn: Callable[..., Any], *args: Any) -> Any:
     """The default ``call`` of ``run_chain``: run the step here."""
     return fn(*args)
@@ -515,7 +557,8 @@ def run_chain(
 
     call: ``call(name, fn, *args)`` runs one step (default: here; the Prefect flow makes it a task). curate: run
     the curation step (the flow runs it as its own subflow and passes False). ``timings`` in the summary: per step,
-    ``wall_s`` inside the step function and ``call_s`` around ``call`` (the difference is the caller's overhead).
+    ``wall_s`` inside the step function, ``call_s`` around ``call`` (the difference is the caller's overhead) and
+    ``cpu_s``, the CPU it took (``cpu_seconds``; under the Prefect flow, what this process and its children took).
     """
     check_launch(recipe)
     run = open_run(recipe, home, out, echo)
@@ -560,10 +603,11 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
             finally:
                 inner["wall_s"] = time.perf_counter() - t
 
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         result = call(name, timed, *args)
         timings.append({"step": name, "wall_s": round(inner.get("wall_s", 0.0), 3),
-                        "call_s": round(time.perf_counter() - t0, 3)})  # fmt: skip
+                        "call_s": round(time.perf_counter() - t0, 3),
+                        "cpu_s": round(cpu_seconds() - c0, 1)})  # fmt: skip
         return result
 
     # 1. curation
@@ -597,6 +641,12 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
     gain = gain_over_sft(run)
     if gain is not None:
         _echo_gain(run, gain)
+    waste = zero_variance(run)
+    if waste["observed"] is not None:
+        forecast = waste["forecast"]
+        said = f"forecast {forecast['share']:.3f} ± {forecast['stderr']:.3f} (measure), " if forecast else ""
+        run.echo(f"[chain] zero-variance groups: {said}observed {waste['observed']:.3f} over {waste['groups']} "
+                 "RL groups")  # fmt: skip
     wall = round(time.perf_counter() - t_run, 1)
-    extra = {"wall_s": wall, "timings": timings, "gain_over_sft": gain}
+    extra = {"wall_s": wall, "timings": timings, "gain_over_sft": gain, "zero_variance": waste}
     return step("summary", write_summary, run, state, fit, extra)

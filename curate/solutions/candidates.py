@@ -40,7 +40,7 @@ _BOXED_LINE = "\n\nThe final answer is $\\boxed{{{answer}}}$."
 
 
 # --------------------------------------------------------------------------------------------------- inputs
-_PROBLEM_COLS = [S.PROBLEM_ID, S.PROBLEM, S.ANSWER, S.ANSWER_ALTERNATIVES, S.SPLIT, S.SOLUTION, S.META]
+_PROBLEM_COLS = [S.PROBLEM_ID, S.PROBLEM, S.ANSWER, S.ANSWER_ALTERNATIVES, S.SPLIT, S.SOURCE, S.SOLUTION, S.META]
 _LEDGER_COLS = [
     S.PROBLEM_ID,
     S.MODEL,
@@ -77,6 +77,10 @@ def scope(ws: io.Workspace, pool: str, cfg: SolutionsConfig) -> tuple[pl.DataFra
     problems = pl.read_parquet(ws.require_pool(pool), columns=_PROBLEM_COLS).sort(S.PROBLEM_ID)
     keep = problems.filter(pl.col(S.SPLIT).is_in(list(cfg.splits)))
     excluded = {"split": problems.height - keep.height}
+    if cfg.sources is not None:
+        before = keep.height
+        keep = keep.filter(pl.col(S.SOURCE).is_in(list(cfg.sources)))
+        excluded["other_source"] = before - keep.height
     if cfg.selection:
         ids = pl.read_parquet(selection_path(ws, cfg.selection), columns=[S.PROBLEM_ID]).unique()
         missing = ids.join(problems.select(S.PROBLEM_ID), on=S.PROBLEM_ID, how="anti").height

@@ -67,7 +67,8 @@ class SolutionsConfig:
     """One solutions job (recipe key ``solutions``; answer checking from the recipe's top-level ``verify``).
 
     k: solutions wanted per problem (the teacher's target, and how many the SFT export takes per problem).
-    selection: restrict the scope to a selection's problems (else every problem of ``splits``).
+    selection: restrict the scope to a selection's problems (else every problem of ``splits``). sources: only
+    problems first read from these ingest sources (None: all), e.g. one source's traces without any selection.
     name: export folder ``<home>/solutions/<name>/`` (default: the selection, else the pool); ``export``: any folder.
     origins: which candidate sources to use (schema.ORIGINS). models: ledger models to take (empty: all).
     tokenizer: count ``tokens`` with it (and bound by ``max_tokens``); ``max_chars`` always bounds (None: off).
@@ -77,7 +78,7 @@ class SolutionsConfig:
     student: ledger model whose pass rate sets the CoScale pool; thresholds ``unsolvable_below`` / ``solved_above``.
     recheck: drop candidates whose answer the checker finds wrong (default). ``false`` keeps an unverified teacher's
     traces as given (their verdict still recorded, ``wrong`` included): what an SFT set looks like without this
-    project's check, e.g. the built-in RL task (``gen://arith?early=...``), where RL must untrain what it taught.
+    project's check: the no-curation baseline (``datasets/tiny/raw.yaml``). Its cards say so, with the share.
     """
 
     k: int = 4
@@ -85,6 +86,7 @@ class SolutionsConfig:
     name: str | None = None
     export: str | None = None
     splits: tuple[str, ...] = ("train",)
+    sources: tuple[str, ...] | None = None
     origins: tuple[str, ...] = S.ORIGINS
     models: tuple[str, ...] = ()
     instruction: str = prompts.INSTRUCTION

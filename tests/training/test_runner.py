@@ -284,6 +284,7 @@ def test_coscale_iteration_remeasures_adds_sft_on_unsolvable_and_trains_rl_on_so
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # three chains (measured, an arm, SFT only): ~2.5 minutes alone, more on a busy box
 def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_curriculum(tmp_path):
     """``measure``: after SFT, curate rollout of the SFT model over the RL source only, score with those rollouts as
     the evidence, select and build the recipe's curriculum from them, pin it, and train RL on it; recorded in the
@@ -295,8 +296,8 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
 
     home = tmp_path / "ws"
     recipe_path = write_tiny_chain(
-        tmp_path, rl_source=True, early_teacher=True, name="m", curriculum="t-rl", stages={"stage1": {"max_steps": 1}},
-        only_stages=["stage1"],
+        tmp_path, rl_source=True, unchecked_teacher=True, name="m", curriculum="t-rl",
+        stages={"stage1": {"max_steps": 1}}, only_stages=["stage1"],
         eval={"k": 1, "limit": 4, "max_new_tokens": 32, "by": "meta.ops", "temperatures": [1.0]},
         measure={"rollout": {"n": 2, "max_tokens": 24, "sources": ["t/rl"]},
                  "select": {"sources": ["t/rl"], "size": 10, "drop_solved": False, "drop_zero_variance": False}},
@@ -320,8 +321,15 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     lineage = json.loads((run_dir / "rl" / "01-stage1" / "final" / "lineage.json").read_text())["data"]
     assert lineage["curriculum"] == str(run_dir / "data" / "curriculum")
     assert "/curricula/t-rl.m-" in lineage["data"]["sources"]["curriculum"]  # the run's own measured curriculum
-    sft_rows = pl.read_parquet(run_dir / "data" / "sft.parquet")  # the teacher's traces, premature ones included
-    assert sft_rows.height == 2 * sft_rows["problem_id"].n_unique()
+    sft_rows = pl.read_parquet(run_dir / "data" / "sft.parquet")  # the teacher's traces, unchecked
+    assert sft_rows.height == sft_rows["problem_id"].n_unique()
+    forecast = note["select"]["zero_variance_forecast"]  # at the RL's group size, for the pool and the selection
+    assert forecast["selection"]["rollouts"] == 2 and forecast["selection"]["prompts"] == 10
+    waste = summary["zero_variance"]  # and what RL met beside it
+    assert waste["forecast"] == forecast["selection"] and 0.0 <= waste["observed"] <= 1.0 and waste["groups"] == 2
+    samples = pl.read_parquet(run_dir / "evals" / "rl_stage1.samples.parquet")  # every sample, for reading
+    assert samples.height == 4 and {"completion", "correct"} <= set(samples.columns)
+    assert all(t["cpu_s"] >= 0 for t in summary["timings"]) and sum(t["cpu_s"] for t in summary["timings"]) > 1
     gain = summary["gain_over_sft"]  # at the eval temperature and at 1.0, per chain length
     assert gain["temperature"] == 0.6 and set(gain["at_temperature"]) == {"1.0"} and gain["by"]
     assert (run_dir / "evals" / "rl_stage1@T1.parquet").is_file()
@@ -339,3 +347,9 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     assert ledger.read(io.Workspace(home), "t", sft_model).height == measured.height  # nothing sampled again
     assert json.loads((tmp_path / "arm" / "rl" / "01-stage1" / "config.json").read_text())["model"] == sft_model
     assert (Path(sft_model) / "README.md").read_bytes() == card
+    # An SFT-only run (bench/bench_curation.py's baselines): no curriculum, SFT continued for a set number of steps
+    more = {"model": sft_model, "curriculum": None, "measure": None, "curate_recipe": None, "sft.max_steps": 3,
+            "sft.data": str(run_dir / "data" / "sft.parquet")}  # fmt: skip
+    sft_only = run_chain(load_recipe(recipe_path, more), home=home, out=tmp_path / "more", echo=lambda s: None)
+    assert [s["step"] for s in sft_only["steps"]] == ["init", "sft"] and sft_only["gain_over_sft"] is None
+    assert json.loads((tmp_path / "more" / "sft" / "metrics.json").read_text())["steps"] == 3

@@ -157,7 +157,8 @@ def test_near_duplicates_by_text_need_no_encoder():
     cfg = DecontamConfig(use_embeddings=False, verify_answers=False, dedup=DedupConfig(embeddings=False))
     _, dups, _ = run(train, bench, cfg)
     cluster = dups.filter(pl.col(S.CLUSTER_SIZE) > 1)[S.PROBLEM_ID].to_list()
-    assert sorted(cluster) == sorted(S.problem_id(p) for p in ("Compute $3 + 5 - 2 + 7$.", "Evaluate $3 + 5 - 2 + 7$."))
+    same = ("Compute $3 + 5 - 2 + 7$.", "Evaluate $3 + 5 - 2 + 7$.")
+    assert sorted(cluster) == sorted(S.problem_id(p) for p in same)
     off = DecontamConfig(use_embeddings=False, verify_answers=False, dedup=DedupConfig(embeddings=False, text=False))
     assert (run(train, bench, off)[1][S.CLUSTER_SIZE] == 1).all()
 

@@ -1,0 +1,413 @@
+"""What curation and RL buy on the built-in pool, honestly (issue 28): the raw pool against the curated pipeline, and
+RL against the cheap baselines that use the same checker. Five seeds by default; every arm a ``training run``.
+
+The pool (``datasets/tiny/recipe.yaml``) holds what real pools hold: wrong gold answers, exact and near copies, leaks
+of the test split, an SFT source whose teacher is wrong 9% of the time, and a pass-rate spread from always to never
+solved. Per seed, from the same from-scratch model (``training init-tiny`` with the seed):
+
+1. ``curated``: ``training/recipes/tiny/fastcurl.yaml``, the project's defaults end to end (checks, decontamination,
+   dedup, verified solutions, ``measure``, DES selection, the curriculum sampler with ScaleRL's filters, CISPO
+   through FastCuRL's four stages: 40 RL steps of 256 rollouts).
+2. ``raw``: ``training/recipes/tiny/raw.yaml``, what a user gets without this project: SFT on every teacher trace,
+   then TRL's defaults over every row of the RL pool (uniform, no filters), 60 RL steps of 256 rollouts, evaluated
+   every 10: at 40 steps it has the curated arm's RL steps, at 60 also the rollouts curated spends in ``measure``.
+3. ``sftmore``: the curated SFT model, SFT continued on the same verified solutions for the CPU-seconds the curated
+   arm's RL took (the cheapest baseline with the same checker: no rollouts at all).
+4. ``rft``: rejection-sampling fine-tuning: the curated SFT model fine-tuned on its own samples that the checker
+   verified, the very rollouts ``measure`` drew on the RL pool's selected prompts (``datasets/tiny/rft.yaml``), for
+   the same CPU-seconds.
+
+Reported per seed and pooled over seeds (the mean of per-seed paired differences, SE = sqrt(sum of variances) / n):
+held-out pass@1 (300 test problems x k = 4) at T = 0.6 and at the rollouts' T = 1.0; curated minus raw at equal RL
+steps and at equal rollouts; rollouts and CPU-seconds for curated to reach raw's final accuracy; RL minus each
+baseline; kept-group fractions; the forecast share of zero-variance groups against the observed one; the test
+split's leaked problems apart from its clean ones; and the mode decomposition (the share of samples that write as
+many steps as the chain has operations, and the accuracy among those) before and after, per arm.
+
+    python bench/bench_curation.py --seeds 0 1 2 3 4 --jobs 2 --home /tmp/bench-curation
+    python bench/bench_curation.py --report-only --home /tmp/bench-curation --json /tmp/curation.json
+
+Finished runs are read back; a rerun only trains what is missing. The ``__main__`` guard is required (the answer
+checker spawns workers that re-import this script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+ROOT = Path(__file__).resolve().parents[1]
+CURATED, RAW = "training/recipes/tiny/fastcurl.yaml", "training/recipes/tiny/raw.yaml"
+RFT_RECIPE = "datasets/tiny/rft.yaml"
+ARMS = ("curated", "raw", "sftmore", "rft")
+BASELINE_LR = 5.0e-4  # continuing SFT from a trained model: a quarter of the first SFT's peak (validation: README)
+_STEP = re.compile(r"^(Add|Subtract|Multiply by) \$", re.MULTILINE)
+
+
+def run_dir(home: Path, arm: str, seed: int) -> Path:
+    return home / "runs" / f"{arm}-seed{seed}"
+
+
+def finished(home: Path, arm: str, seed: int) -> bool:
+    return (run_dir(home, arm, seed) / "summary.json").is_file()
+
+
+def summary(home: Path, arm: str, seed: int) -> dict[str, Any]:
+    return json.loads((run_dir(home, arm, seed) / "summary.json").read_text())
+
+
+def step_cpu(summ: dict[str, Any], prefix: str) -> float:
+    """CPU seconds of the chain steps whose name starts with ``prefix`` (``training.runner`` timings)."""
+    return sum(t.get("cpu_s", 0.0) for t in summ["timings"] if t["step"].startswith(prefix))
+
+
+# --------------------------------------------------------------------------------------------------- the arms
+def baseline_steps(home: Path, seed: int) -> int:
+    """SFT steps that cost what the curated arm's RL cost: its RL stages' CPU-seconds over its SFT's per step."""
+    s = summary(home, "curated", seed)
+    sft_steps = json.loads((run_dir(home, "curated", seed) / "sft" / "metrics.json").read_text())["steps"]
+    return max(1, round(step_cpu(s, "rl:") / (step_cpu(s, "sft") / sft_steps)))
+
+
+def measured(home: Path, seed: int) -> tuple[str, str]:
+    """The curated run's ``measure``: the ledger model its rollouts went to, and the selection it made."""
+    note = json.loads((run_dir(home, "curated", seed) / "chain.json").read_text())["notes"]["measure"][0]
+    return note["model"], note["curriculum"]
+
+
+EXTRA: dict[str, list[str]] = {"all": [], "raw": []}  # --set / --raw-set items (a shortened grid: the test)
+
+
+def commands(arm: str, home: Path, seed: int) -> list[list[str]]:
+    """The CLI commands of one arm at one seed (what a user types to rerun it)."""
+    extra = EXTRA["all"] + (EXTRA["raw"] if arm == "raw" else [])
+    out = ["--home", str(home), "--out", str(run_dir(home, arm, seed)), "--json", "--set", f"seed={seed}"]
+    out += [x for item in extra for x in ("--set", item)]
+    py = [sys.executable, "-m"]
+    if arm == "curated":  # evaluated every 5 RL steps too: the curve ScaleRL's fit reads (bench_methods.py)
+        return [[*py, "training.cli", "run", "--recipe", CURATED, *out, "--set", "eval.every=5"]]
+    if arm == "raw":
+        return [[*py, "training.cli", "run", "--recipe", RAW, *out]]
+    base = run_dir(home, "curated", seed)
+    data = str(base / "data" / "sft.parquet")
+    cmds = []
+    if arm == "rft":
+        model, selection = measured(home, seed)
+        data = str(home / "solutions" / f"rft-seed{seed}" / "sft.parquet")
+        cmds.append([*py, "curate.cli", "run", "--recipe", RFT_RECIPE, "--home", str(home), "--set",
+                     f"solutions.models=[{model}]", "--set", f"solutions.selection={selection}", "--set",
+                     f"solutions.name=rft-seed{seed}"])  # fmt: skip
+    sets = [f"model={base / 'sft' / 'final'}", f"sft.data={data}", f"sft.max_steps={baseline_steps(home, seed)}",
+            f"sft.learning_rate={BASELINE_LR}", "curriculum=null", "measure=null", "curate_recipe=null",
+            f"name=tiny-{arm}"]  # fmt: skip
+    cmds.append([*py, "training.cli", "run", "--recipe", CURATED, *out, *(x for s in sets for x in ("--set", s))])
+    return cmds
+
+
+def launch(arm: str, home: Path, seed: int) -> subprocess.Popen:
+    """The arm's commands in one shell, logged; one torch thread each."""
+    logs = home / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    cmds = commands(arm, home, seed)
+    for cmd in cmds:
+        print(f"[{time.strftime('%H:%M:%S')}] {arm} seed {seed}: python " + " ".join(cmd[1:]), flush=True)
+    script = " && ".join(" ".join(f"'{c}'" for c in cmd) for cmd in cmds)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    log = open(logs / f"{arm}-seed{seed}.log", "w")  # noqa: SIM115 (the child holds it)
+    return subprocess.Popen(["bash", "-c", script], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def run_all(home: Path, arms: list[str], seeds: list[int], jobs: int) -> dict[str, float]:
+    """Every (arm, seed) not finished, ``jobs`` at once; the baselines of a seed wait for its curated run.
+    Returns CPU seconds per run (every process it started)."""
+    todo = [(a, s) for s in seeds for a in arms if not finished(home, a, s)]
+    running: dict[int, tuple[str, int, float]] = {}
+    cpu: dict[str, float] = {}
+    while todo or running:
+        ready = [(a, s) for a, s in todo if a in ("curated", "raw") or finished(home, "curated", s)]
+        while ready and len(running) < jobs:
+            a, s = ready.pop(0)
+            todo.remove((a, s))
+            proc = launch(a, home, s)
+            running[proc.pid] = (a, s, time.perf_counter())
+        if not running:
+            raise SystemExit(f"nothing can start: {todo} wait for curated runs that failed")
+        pid, status, usage = os.wait4(-1, 0)
+        a, s, t0 = running.pop(pid)
+        code = os.waitstatus_to_exitcode(status)
+        cpu[f"{a}-seed{s}"] = usage.ru_utime + usage.ru_stime
+        print(f"[{time.strftime('%H:%M:%S')}] {a} seed {s}: exit {code}, {(time.perf_counter() - t0) / 60:.1f} min "
+              f"wall, {cpu[f'{a}-seed{s}'] / 60:.1f} CPU-min, load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+        if code:
+            print(f"    see {home}/logs/{a}-seed{s}.log")
+            if a == "curated":
+                todo = [(x, y) for x, y in todo if y != s or x == "raw"]
+    return cpu
+
+
+# --------------------------------------------------------------------------------------------------- the tables
+def table(home: Path, arm: str, seed: int, step: str, temperature: float | None = None) -> Any:
+    """A chain step's per-problem held-out table (``training.runner.eval_file``), or None."""
+    import polars as pl
+
+    from training.runner import EVALS, eval_file
+
+    path = run_dir(home, arm, seed) / EVALS / eval_file(step, temperature)
+    return pl.read_parquet(path) if path.is_file() else None
+
+
+def rate(t: Any) -> float:
+    import polars as pl
+
+    return float(t.filter(pl.col("scored"))["mean"].mean())
+
+
+def pooled(gains: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The mean of per-seed paired differences and its SE (independent seeds)."""
+    if not gains:
+        return None
+    n = len(gains)
+    mean = sum(g["gain"] for g in gains) / n
+    se = math.sqrt(sum(g["stderr"] ** 2 for g in gains)) / n
+    return {"gain": mean, "stderr": se, "z": mean / se if se else 0.0, "seeds": n}
+
+
+def fmt(g: dict[str, Any] | None) -> str:
+    return "-" if not g else f"{g['gain']:+.3f} ± {g['stderr']:.3f} (z {g['z']:+.1f})"
+
+
+def steps_of(home: Path, arm: str, seed: int) -> dict[str, str]:
+    """The named points of an arm: ``sft`` and ``end`` (its last model); raw also ``at40``; curated ``at10..at40``."""
+    chain = json.loads((run_dir(home, arm, seed) / "chain.json").read_text())["steps"]
+    rl = [r for r in chain if "rl_steps" in r]
+    out = {"sft": "sft", "end": rl[-1]["step"] if rl else "sft"}
+    from training.runner import EVALS, checkpoint_eval, eval_file
+
+    for r in rl:  # stage ends, and checkpoints evaluated inside a stage (eval.every)
+        out[f"at{r['offset_step'] + r['rl_steps']}"] = r["step"]
+        for k in range(1, r["rl_steps"]):
+            if (run_dir(home, arm, seed) / EVALS / eval_file(checkpoint_eval(r["step"], k))).is_file():
+                out[f"at{r['offset_step'] + k}"] = checkpoint_eval(r["step"], k)
+    return out
+
+
+def held_out(home: Path) -> tuple[Any, set[str]]:
+    """The test problems (problem_id, ops) and the ids of those with a copy in a training source (leaked)."""
+    import polars as pl
+
+    problems = pl.read_parquet(home / "pools" / "tiny" / "problems.parquet")
+    metas = [json.loads(m or "{}") for m in problems["meta"]]
+    leaked = {m["waste"]["copy"]["of"] for m in metas if m.get("waste", {}).get("copy", {}).get("kind") == "leak"}
+    ops = pl.Series("ops", [m.get("ops") for m in metas], dtype=pl.Int64)
+    test = problems.with_columns(ops).filter(pl.col("split") == "test").select("problem_id", "ops")
+    return test, leaked & set(test["problem_id"])
+
+
+def modes(home: Path, arm: str, seed: int, step: str, test: Any, temperature: float | None = None) -> dict:
+    """The share of samples that write one step per operation of the chain (finished), and the accuracy among
+    those, from the evaluation's samples (``<step>.samples.parquet``)."""
+    import polars as pl
+
+    from training.runner import EVALS, eval_file
+
+    path = (run_dir(home, arm, seed) / EVALS / eval_file(step, temperature)).with_suffix(".samples.parquet")
+    if not path.is_file():
+        return {}
+    s = pl.read_parquet(path).join(test, on="problem_id")
+    s = s.with_columns(pl.Series("steps", [len(_STEP.findall(c or "")) for c in s["completion"]]))
+    done = s.filter(pl.col("steps") == pl.col("ops"))
+    return {"finished": done.height / s.height, "acc_finished": float(done["correct"].mean()) if done.height else 0.0,
+            "acc_unfinished": float(s.filter(pl.col("steps") != pl.col("ops"))["correct"].mean() or 0.0)}  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------------- the report
+def paired(ta: Any, tb: Any, keep: set[str] | None = None) -> dict[str, Any] | None:
+    """``ta`` minus ``tb`` on the same problems (``training.evaluate.paired_gain``), optionally on ``keep`` only."""
+    import polars as pl
+
+    from training.evaluate import paired_gain
+
+    if ta is None or tb is None:
+        return None
+    if keep is not None:
+        ta, tb = (t.filter(pl.col("problem_id").is_in(list(keep))) for t in (ta, tb))
+    return paired_gain(ta, tb)
+
+
+COMPARISONS = (  # (name, arm a, point a, arm b, point b): a minus b, paired per seed
+    ("curated - raw, equal RL steps (40)", "curated", "end", "raw", "at40"),
+    ("curated - raw, equal rollouts (raw 60 = 40 + measure)", "curated", "end", "raw", "end"),
+    ("curated SFT - raw SFT (verified traces vs all)", "curated", "sft", "raw", "sft"),
+    ("curated RL - its SFT", "curated", "end", "curated", "sft"),
+    ("raw RL - its SFT", "raw", "end", "raw", "sft"),
+    ("RL - SFT continued (equal CPU)", "curated", "end", "sftmore", "end"),
+    ("RL - rejection-sampling FT (equal CPU)", "curated", "end", "rft", "end"),
+    ("SFT continued - its SFT", "sftmore", "end", "curated", "sft"),
+    ("rejection-sampling FT - its SFT", "rft", "end", "curated", "sft"),
+)
+
+
+def curve(home: Path, arm: str, seed: int) -> list[tuple[float, float, float]]:
+    """(rollouts, CPU-seconds, pass@1): the SFT model at 0, then after ``measure``'s rollouts and CPU (the same
+    pass rate), then each evaluated RL point. CPU within a stage is interpolated by steps."""
+    from training.runner import checkpoint_eval
+
+    s, d = summary(home, arm, seed), run_dir(home, arm, seed)
+    note = json.loads((d / "chain.json").read_text())["notes"].get("measure") or [{}]
+    start_rollouts = float((note[0].get("rollout") or {}).get("samples_generated", 0) or 0)
+    start_cpu = step_cpu(s, "measure")
+    sft = rate(table(home, arm, seed, "sft"))
+    pts = [(0.0, 0.0, sft), (start_rollouts, start_cpu, sft)]  # the SFT model needs no rollouts
+    rollouts, cpu = start_rollouts, start_cpu
+    for rec in (r for r in json.loads((d / "chain.json").read_text())["steps"] if "rl_steps" in r):
+        cfg = json.loads((Path(rec["stage_dir"]) / "config.json").read_text())["rl"]
+        per = cfg["prompts_per_step"] * cfg["num_generations"]
+        stage_cpu = step_cpu(s, rec["step"])
+        for k in range(1, rec["rl_steps"]):  # checkpoints evaluated inside the stage (eval.every)
+            t = table(home, arm, seed, checkpoint_eval(rec["step"], k))
+            if t is not None:
+                pts.append((rollouts + k * per, cpu + stage_cpu * k / rec["rl_steps"], rate(t)))
+        rollouts, cpu = rollouts + rec["rl_steps"] * per, cpu + stage_cpu
+        pts.append((rollouts, cpu, rate(table(home, arm, seed, rec["step"]))))
+    return sorted(pts)
+
+
+def to_target(home: Path, seed: int) -> dict[str, Any] | None:
+    """Rollouts and CPU-seconds the curated arm needed to reach the raw arm's final held-out pass@1 (linear between
+    evaluations), against raw's own; None if a run is missing."""
+    if not (finished(home, "curated", seed) and finished(home, "raw", seed)):
+        return None
+    raw, cur = curve(home, "raw", seed), curve(home, "curated", seed)
+    target = raw[-1][2]
+    out: dict[str, Any] = {"target": target, "raw_rollouts": raw[-1][0], "raw_cpu_s": raw[-1][1]}
+    for (x0, c0, y0), (x1, c1, y1) in itertools.pairwise(cur):
+        if y1 >= target:
+            f = 0.0 if y1 == y0 or y0 >= target else (target - y0) / (y1 - y0)
+            out.update(rollouts=x0 + f * (x1 - x0), cpu_s=c0 + f * (c1 - c0))
+            out.update(rollout_ratio=out["rollouts"] / out["raw_rollouts"], cpu_ratio=out["cpu_s"] / out["raw_cpu_s"])
+            return out
+    return {**out, "rollouts": None, "best": max(y for _, _, y in cur)}
+
+
+def arm_row(home: Path, arm: str, seed: int, test: Any) -> dict[str, Any]:
+    """One run's figures: pass@1 at each temperature, kept groups, the waste forecast and observation, CPU, modes."""
+    s = summary(home, arm, seed)
+    names = steps_of(home, arm, seed)
+    row: dict[str, Any] = {"steps": names, "cpu_s": round(sum(t.get("cpu_s", 0.0) for t in s["timings"]), 1)}
+    for point in ("sft", "end"):
+        for temp in (None, 1.0):
+            t = table(home, arm, seed, names[point], temp)
+            if t is not None:
+                row[f"{point}@{temp or 0.6:g}"] = rate(t)
+        row[f"modes_{point}"] = modes(home, arm, seed, names[point], test)
+    row["zero_variance"] = s.get("zero_variance")
+    return row
+
+
+def compare(home: Path, seeds: list[int], keep: set[str] | None = None, temperature: float | None = None) -> dict:
+    out = {}
+    for name, a, pa, b, pb in COMPARISONS:
+        gains = {}
+        for seed in seeds:
+            if finished(home, a, seed) and finished(home, b, seed):
+                ta = table(home, a, seed, steps_of(home, a, seed)[pa], temperature)
+                tb = table(home, b, seed, steps_of(home, b, seed)[pb], temperature)
+                g = paired(ta, tb, keep)
+                if g is not None:
+                    gains[seed] = g
+        out[name] = {"per_seed": gains, "pooled": pooled(list(gains.values()))}
+    return out
+
+
+def print_comparisons(title: str, comps: dict[str, Any]) -> None:
+    print(f"\n== {title}")
+    for name, c in comps.items():
+        seeds_txt = "; ".join(f"s{s} {g['gain']:+.3f}±{g['stderr']:.3f}" for s, g in c["per_seed"].items())
+        print(f"{name:<55} pooled {fmt(c['pooled']):<28} [{seeds_txt}]")
+
+
+def report(home: Path, seeds: list[int], cpu: dict[str, float]) -> dict[str, Any]:
+    """Prints every table; returns everything (``--json``)."""
+    test, leaked = held_out(home)
+    clean = set(test["problem_id"]) - leaked
+    rows = {f"{a}-seed{s}": arm_row(home, a, s, test) for s in seeds for a in ARMS if finished(home, a, s)}
+    print(f"\n== every run (held-out pass@1, {test.height} test problems x 4; load now {os.getloadavg()[0]:.1f})")
+    print("run             | SFT T=.6 | SFT T=1 | end T=.6 | end T=1 | zero-variance groups: forecast / observed | "
+          "chain CPU-min | run CPU-min")  # fmt: skip
+    for key, r in rows.items():
+        zv = r.get("zero_variance") or {}
+        fc = zv.get("forecast")
+        seen = zv.get("observed")
+        waste = (f"{fc['share']:.3f} ± {fc['stderr']:.3f}" if fc else "-") + " / " + (f"{seen:.3f}" if seen else "-")
+        print(f"{key:<15} | {r.get('sft@0.6', float('nan')):.3f}    | {r.get('sft@1', float('nan')):.3f}   | "
+              f"{r.get('end@0.6', float('nan')):.3f}    | {r.get('end@1', float('nan')):.3f}   | {waste:<41} | "
+              f"{r['cpu_s'] / 60:>13.1f} | {cpu.get(key, 0) / 60:>11.1f}")  # fmt: skip
+    results: dict[str, Any] = {"runs": rows, "leaked": sorted(leaked), "test": test.height}
+    for temp, label in ((None, "T=0.6"), (1.0, "T=1.0")):
+        results[f"comparisons@{label}"] = comps = compare(home, seeds, temperature=temp)
+        print_comparisons(f"paired differences at {label} ({test.height} problems; pooled over seeds)", comps)
+    results["clean"] = compare(home, seeds, keep=clean)
+    results["leaked_only"] = compare(home, seeds, keep=leaked)
+    for name, part in (("clean", clean), ("leaked_only", leaked)):
+        picked = {k: v for k, v in results[name].items() if k.startswith(("curated - raw", "curated SFT"))}
+        print_comparisons(f"the same on the {len(part)} {name.replace('_only', '')} test problems", picked)
+    print("\n== rollouts and CPU for curated to reach raw's final pass@1 (T=0.6; curated counts measure first)")
+    results["to_target"] = {}
+    for seed in seeds:
+        t = to_target(home, seed)
+        if t is None:
+            continue
+        results["to_target"][seed] = t
+        if t.get("rollouts") is None:
+            print(f"seed {seed}: raw {t['target']:.3f} not reached (curated's best {t['best']:.3f})")
+        else:
+            print(f"seed {seed}: raw {t['target']:.3f} at {t['raw_rollouts']:.0f} rollouts, {t['raw_cpu_s']:.0f} "
+                  f"CPU-s; curated at {t['rollouts']:.0f} rollouts ({t['rollout_ratio']:.2f}x), {t['cpu_s']:.0f} "
+                  f"CPU-s ({t['cpu_ratio']:.2f}x)")  # fmt: skip
+    print("\n== modes at T=0.6: share of samples that finish the chain (one step per operation), accuracy among them")
+    for key, r in rows.items():
+        before, after = r.get("modes_sft") or {}, r.get("modes_end") or {}
+        if before and after:
+            print(f"{key:<15} finished {before['finished']:.3f} -> {after['finished']:.3f}; accuracy among finished "
+                  f"{before['acc_finished']:.3f} -> {after['acc_finished']:.3f}")  # fmt: skip
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    ap.add_argument("--jobs", type=int, default=2, help="runs at once (one thread each)")
+    ap.add_argument("--home", default="/tmp/bench-curation")
+    ap.add_argument("--report-only", action="store_true", help="read the finished runs back; train nothing")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--set", action="append", default=[], help="KEY=VALUE for every training run (a shorter grid)")
+    ap.add_argument("--raw-set", action="append", default=[], help="KEY=VALUE for the raw arm's training run only")
+    args = ap.parse_args()
+    EXTRA["all"], EXTRA["raw"] = args.set, args.raw_set
+    home = Path(args.home).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    cpu_file = home / "cpu.json"
+    cpu = json.loads(cpu_file.read_text()) if cpu_file.is_file() else {}
+    if not args.report_only:
+        print(f"load average before: {os.getloadavg()}")
+        cpu.update(run_all(home, args.arms, args.seeds, args.jobs))
+        cpu_file.write_text(json.dumps(cpu, indent=1))
+        print(f"load average after: {os.getloadavg()}")
+    results = report(home, args.seeds, cpu)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
