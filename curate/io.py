@@ -199,6 +199,18 @@ def _create_temp(path: Path) -> Path:
         return tmp
 
 
+def public_mode(path: str | os.PathLike) -> Path:
+    """Give a file another library left private (safetensors writes weights 0600) the mode the umask gives any new
+    file (0644 under umask 022), as every file this project writes has; a file with another mode is left as it is.
+    Model folders (``training.run_folder.record_files``, ``training.tiny.init_tiny``) call it on what they saved."""
+    path = Path(path)
+    umask = os.umask(0)
+    os.umask(umask)
+    if path.stat().st_mode & 0o777 == 0o600 and umask != 0o177:
+        path.chmod(0o666 & ~umask)
+    return path
+
+
 def _stage_parquet(df: pl.DataFrame, path: Path, schema: pl.Schema | None) -> Path:
     """``df`` (validated first if a schema is given) written and fsynced to a temp file beside ``path``."""
     if schema is not None:

@@ -17,7 +17,6 @@ makes the step train again from its last whole checkpoint instead of being trust
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -92,14 +91,12 @@ def record_files(folder: Path, patterns: Sequence[str] = ("*",), hashes: bool = 
     """Write ``folder/files.json``: the size (and, with ``hashes``, the sha256) of every file matching ``patterns``,
     after they are written. Checkpoints record sizes only: they are saved on the training path, where hashing a
     large model's optimizer state every ``save_steps`` would stall training, and a size catches a truncated file.
-    Files the writer left private (safetensors writes weights 0600) get the mode the umask gives other files."""
+    Files the writer left private (safetensors writes weights 0600) get the mode the umask gives other files
+    (``io.public_mode``)."""
     folder = Path(folder)
-    umask = os.umask(0)
-    os.umask(umask)
     record = {}
     for path in sorted({p for pattern in patterns for p in folder.glob(pattern) if p.is_file() and p.name != FILES}):
-        if path.stat().st_mode & 0o777 == 0o600 and umask != 0o177:
-            path.chmod(0o666 & ~umask)
+        io.public_mode(path)
         record[path.name] = {"bytes": path.stat().st_size, **({"sha256": file_hash(path)} if hashes else {})}
     return io.write_json(folder / FILES, record)
 
