@@ -564,7 +564,7 @@ def train_rl(
         summary["reward_last"] = rewards[-1] if rewards else None
         summary["metrics"] = str(written) if written else None
         _write_card(final, cfg, model, train, identity, frame.height, dropped, pool, summary)
-        run_folder.record_files(final, run_folder.WEIGHTS)
+        run_folder.seal(final)
         io.write_json(out_dir / SUMMARY, summary)
     state.wait_for_everyone()
     return summary

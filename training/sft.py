@@ -367,7 +367,7 @@ def train_sft(
             recipe={kind: dataclasses.asdict(cfg)},
             metrics=metrics,
         )
-        run_folder.record_files(final, run_folder.WEIGHTS)
+        run_folder.seal(final)
         io.write_json(out_dir / METRICS, metrics)
     trainer.accelerator.wait_for_everyone()
     return metrics

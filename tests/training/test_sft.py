@@ -120,6 +120,49 @@ def test_sft_trains_on_solutions_quarantines_long_rows_and_resumes(tiny, rows_fi
     assert (out / "final" / "config.json").is_file()
 
 
+def _weights(folder):
+    from safetensors.torch import load_file
+
+    return load_file(folder / "model.safetensors")
+
+
+def _same(a, b) -> bool:
+    import torch
+
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_damaged_in_place_is_set_aside_and_the_final_model_is_the_uninterrupted_one(
+    tiny, rows_file, tmp_path, capfd
+):
+    """Issue 30.1. Random bytes inside the newest checkpoint's weights (same size): the rerun sets it aside with one
+    warning line, resumes from the previous checkpoint and ends with the uninterrupted run's model, bit for bit."""
+    from training.sft import train_sft
+
+    cfg = _cfg(epochs=2.5)  # 4 steps per epoch: 10 steps, checkpoints 8 and 10 kept
+    ref = train_sft(cfg, model=str(tiny), data=rows_file, out_dir=tmp_path / "ref")
+    assert ref["steps"] == 10
+    out = tmp_path / "run"
+    shutil.copytree(tmp_path / "ref", out)
+    shutil.rmtree(out / "final")  # killed after its last checkpoint, which was then damaged in place
+    (out / "metrics.json").unlink()
+    weights = out / "checkpoints" / "checkpoint-10" / "model.safetensors"
+    size = weights.stat().st_size
+    with weights.open("r+b") as f:
+        f.seek(size // 2)
+        f.write(bytes(range(7, 7 + 64)))
+    assert weights.stat().st_size == size
+    capfd.readouterr()
+
+    again = train_sft(cfg, model=str(tiny), data=rows_file, out_dir=out)
+    err = capfd.readouterr().err
+    damaged = [line for line in err.splitlines() if "damaged" in line]
+    assert len(damaged) == 1 and "checkpoint-10 is damaged" in damaged[0] and "bad-checkpoint-10" in damaged[0]
+    assert again["resumed_from"].endswith("checkpoint-8") and again["steps"] == 10
+    assert _same(_weights(out / "final"), _weights(tmp_path / "ref" / "final"))
+
+
 def test_only_completion_tokens_carry_labels(tiny, rows_file, tmp_path):
     from transformers import AutoTokenizer
 
