@@ -244,11 +244,14 @@ def run_step(spec: Mapping[str, Any], launch: list[str] | None = None) -> dict[s
     The step's output goes to stderr (stdout stays the caller's: ``training run --json`` prints only JSON) and to
     ``<out>/step.log``. The step dies with its parent: killing ``training run`` (SIGKILL or SIGTERM) sends the
     step SIGTERM through the kernel's parent-death signal (Linux), so no orphan keeps writing the run folder.
-    Raises ``StepFailed`` (one line: the step, its exit code or signal, its log) when it fails.
+    Temp files a killed step left in ``<out>`` (``.step_result.json.<hex>.tmp``) are removed first: the run
+    folder's lock (``run_lock``) makes this the only writer there. Raises ``StepFailed`` (one line: the step, its
+    exit code or signal, its log) when it fails.
     """
     out = Path(spec["out"])
     spec_path = out / "step_spec.json"
     out.mkdir(parents=True, exist_ok=True)
+    io.remove_temp(out)
     io.write_json(spec_path, dict(spec))
     result_path = spec_path.with_name("step_result.json")
     result_path.unlink(missing_ok=True)

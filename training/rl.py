@@ -503,6 +503,7 @@ def train_rl(
         raise ConfigError(f"no prompts left in {train} (dropped {dropped} over max_prompt_length)")
     checkpoint = run_folder.last_checkpoint(out_dir / run_folder.CHECKPOINTS, required=(run_folder.SAMPLER_STATE,))
     resume_step = run_folder.checkpoint_step(checkpoint) if checkpoint else 0
+    at_end = run_folder.at_end(checkpoint)  # trained to the end before: the final model is that checkpoint's
     metrics_log = MetricsLog(out_dir / "metrics.parquet", resume_step) if state.is_main_process else None
 
     ledger = None
@@ -514,7 +515,7 @@ def train_rl(
 
     trainer = build_trainer(
         cfg,
-        model=model,
+        model=checkpoint if at_end else model,
         frame=frame,
         tokenizer=tokenizer,
         out_dir=out_dir,
@@ -526,13 +527,21 @@ def train_rl(
         trainer.bridge.load_checkpoint_state(json.loads((checkpoint / run_folder.SAMPLER_STATE).read_text()))
         trainer.resume_rng_from = str(checkpoint)  # restored at the first step: the resumed steps sample the same
     trainer.optimizer_from = optimizer_from
-    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    if at_end:
+        trainer.state, train_loss = run_folder.trainer_state(checkpoint), None
+    else:
+        result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        train_loss = float(result.training_loss) if result.training_loss is not None else None
     final = out_dir / run_folder.FINAL
     trainer.save_model(str(final))
     if state.is_main_process:  # Adam's state at the end: the next chained stage may start from it
         import torch
 
-        torch.save(trainer.optimizer.state_dict(), out_dir / OPTIMIZER)
+        if at_end:  # the checkpoint saved the same state_dict at the same step
+            if (checkpoint / OPTIMIZER).is_file():
+                io.copy_file(checkpoint / OPTIMIZER, out_dir / OPTIMIZER)
+        else:
+            torch.save(trainer.optimizer.state_dict(), out_dir / OPTIMIZER)
 
     from training.sampler_bridge import state_hash
 
@@ -550,7 +559,7 @@ def train_rl(
         "padded_chunks": trainer.bridge.padded_chunks,
         "curriculum": dict(trainer.bridge.curriculum.counts),
         "sampler_state_sha256": state_hash(curriculum_state),
-        "train_loss": float(result.training_loss) if result.training_loss is not None else None,
+        "train_loss": train_loss,  # over the steps this call trained (None: none were left)
         "device": str(trainer.args.device),  # where it trained, for the card: cuda:0 / cpu
         "precision": "bf16" if trainer.args.bf16 else "float32",
         "wall_s": round(time.perf_counter() - t0, 2),

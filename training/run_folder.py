@@ -90,6 +90,25 @@ def last_checkpoint(folder: Path, required: Sequence[str] = ()) -> Path | None:
     return None
 
 
+def at_end(checkpoint: Path | None) -> bool:
+    """Whether ``checkpoint`` holds its run's last step (its ``trainer_state.json``: ``global_step`` has reached
+    ``max_steps``). transformers resumes such a checkpoint by training one step past the end before it checks (a
+    20-step run resumed at step 20 ends at step 21), so the SFT and RL steps take their final model from it instead
+    of resuming (``trainer_state``)."""
+    if checkpoint is None:
+        return False
+    state = json.loads((Path(checkpoint) / TRAINER_STATE).read_text())
+    return bool(state.get("max_steps")) and state.get("global_step", 0) >= state["max_steps"]
+
+
+def trainer_state(checkpoint: Path) -> Any:
+    """The transformers ``TrainerState`` a checkpoint recorded (its step, log history): what a trainer that
+    finishes from a checkpoint at its end (``at_end``) reports instead of training."""
+    from transformers import TrainerState
+
+    return TrainerState.load_from_json(str(Path(checkpoint) / TRAINER_STATE))
+
+
 def record_files(folder: Path, patterns: Sequence[str] = ("*",)) -> Path:
     """Write ``folder/files.json``: the size and sha256 of every file matching ``patterns``, after they are written.
     Checkpoints are hashed too, on the training path: a size catches a truncated file, not bytes changed in place

@@ -330,10 +330,14 @@ def train_sft(
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     try:
-        trainer = build_trainer(cfg, tokenizer, kept, ckpt_dir)
         last = run_folder.last_checkpoint(ckpt_dir)
         resume = str(last) if last is not None else None
-        result = trainer.train(resume_from_checkpoint=resume)
+        if run_folder.at_end(last):  # trained to the end before: the final model is that checkpoint's
+            trainer = build_trainer(dataclasses.replace(cfg, model=resume), tokenizer, kept, ckpt_dir)
+            trainer.state, mean_loss = run_folder.trainer_state(last), None
+        else:
+            trainer = build_trainer(cfg, tokenizer, kept, ckpt_dir)
+            mean_loss = float(trainer.train(resume_from_checkpoint=resume).training_loss)
         trainer.save_model(str(final))
         if main:
             tokenizer.save_pretrained(str(final))
@@ -345,7 +349,7 @@ def train_sft(
     metrics = {
         "train_loss_first": losses[0] if losses else None,
         "train_loss_last": losses[-1] if losses else None,
-        "train_loss_mean": float(result.training_loss),
+        "train_loss_mean": mean_loss,  # over the steps this call trained (None: none were left)
         "rows": df.height,
         "rows_trained": kept.height,
         "dropped": {reason: n for reason, n in drops},

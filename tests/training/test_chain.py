@@ -77,8 +77,25 @@ spec = Path(sys.argv[-1])
 print("stand-in step started", flush=True)
 if os.environ.get("STAND_IN") == "die":
     os.kill(os.getpid(), signal.SIGKILL)
+if os.environ.get("STAND_IN") == "done":
+    spec.with_name("step_result.json").write_text('{"ok": true}')
+    sys.exit(0)
 time.sleep(120)
 """
+
+
+def test_a_step_leaves_no_temp_file_of_a_killed_step_behind(tmp_path, monkeypatch):
+    """A step killed while writing leaves ``.step_result.json.<hex>.tmp``; the next run of the step removes it (issue
+    30.3: a retrained ``sft/`` kept one)."""
+    script = tmp_path / "step.py"
+    script.write_text(STAND_IN)
+    out = tmp_path / "sft"
+    out.mkdir()
+    left = out / ".step_result.json.1a2b3c4d.tmp"
+    left.write_text('{"ok"')
+    monkeypatch.setenv("STAND_IN", "done")
+    assert run_step({"kind": "sft", "out": str(out)}, launch=[sys.executable, str(script)]) == {"ok": True}
+    assert not left.exists() and not list(out.glob(".*.tmp"))
 
 
 def test_a_failed_step_is_one_line_with_its_exit_code_and_log(tmp_path, monkeypatch, capsys):

@@ -136,8 +136,10 @@ def _same(a, b) -> bool:
 def test_a_checkpoint_damaged_in_place_is_set_aside_and_the_final_model_is_the_uninterrupted_one(
     tiny, rows_file, tmp_path, capfd
 ):
-    """Issue 30.1. Random bytes inside the newest checkpoint's weights (same size): the rerun sets it aside with one
-    warning line, resumes from the previous checkpoint and ends with the uninterrupted run's model, bit for bit."""
+    """Issue 30.1 and 30.3. Random bytes inside the newest checkpoint's weights (same size): the rerun sets it aside
+    with one warning line, resumes from the previous checkpoint and ends with the uninterrupted run's model, bit for
+    bit. A truncated final model at the end of training is rebuilt from the last checkpoint without training past
+    the end (2.5 epochs: transformers resumed such a checkpoint into step 11 of 10)."""
     from training.sft import train_sft
 
     cfg = _cfg(epochs=2.5)  # 4 steps per epoch: 10 steps, checkpoints 8 and 10 kept
@@ -161,6 +163,14 @@ def test_a_checkpoint_damaged_in_place_is_set_aside_and_the_final_model_is_the_u
     assert len(damaged) == 1 and "checkpoint-10 is damaged" in damaged[0] and "bad-checkpoint-10" in damaged[0]
     assert again["resumed_from"].endswith("checkpoint-8") and again["steps"] == 10
     assert _same(_weights(out / "final"), _weights(tmp_path / "ref" / "final"))
+
+    with (out / "final" / "model.safetensors").open("r+b") as f:  # the final model truncated after the run
+        f.truncate(100)
+    third = train_sft(cfg, model=str(tiny), data=rows_file, out_dir=out)
+    assert third["steps"] == 10 and third["resumed_from"].endswith("checkpoint-10")
+    assert not (out / "checkpoints" / "checkpoint-11").exists()
+    assert _same(_weights(out / "final"), _weights(tmp_path / "ref" / "final"))
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 10
 
 
 def test_only_completion_tokens_carry_labels(tiny, rows_file, tmp_path):
