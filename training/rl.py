@@ -439,6 +439,7 @@ def build_trainer(
     )
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts to stdout; ``log`` prints a line to stderr
     trainer.add_callback(run_folder.save_callback())  # files.json in every checkpoint: a whole one is verifiable
+    run_folder.quiet_tied_weights(trainer.model)  # a resume loads tied embeddings once: not a missing key
     return trainer
 
 

@@ -232,6 +232,42 @@ def load_tokenizer(model: str, **kwargs: Any) -> Any:
         raise InputError(f"cannot load model {model!r}: {first}") from None
 
 
+_TIED: set[str] = set()  # names of tied parameters (``quiet_tied_weights``) of the models trained in this process
+
+
+def quiet_tied_weights(model: Any) -> None:
+    """Silence transformers' resume warning "There were missing keys in the checkpoint model loaded:
+    ['lm_head.weight']" when every key it names is a tied parameter of ``model`` (a second name for a tensor the
+    checkpoint holds once, as ``save_pretrained`` writes tied embeddings): nothing is missing then, and the resumed
+    run is bit for bit the uninterrupted one. Any other missing or unexpected key still warns."""
+    import logging
+
+    first: dict[int, str] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if first.setdefault(id(param), name) != name:
+            _TIED.add(name)
+    trainer_log = logging.getLogger("transformers.trainer")
+    if not any(isinstance(f, _TiedKeysFilter) for f in trainer_log.filters):
+        trainer_log.addFilter(_TiedKeysFilter())
+
+
+class _TiedKeysFilter:
+    """A ``logging`` filter: drops the missing-keys warning when it names tied parameters only (``_TIED``)."""
+
+    def filter(self, record: Any) -> bool:
+        import ast
+        import re
+
+        found = re.search(r"missing keys in the checkpoint model loaded: (\[.*\])", record.getMessage())
+        if found is None:
+            return True
+        try:
+            keys = ast.literal_eval(found.group(1))
+        except (ValueError, SyntaxError):
+            return True
+        return not (keys and set(keys) <= _TIED)
+
+
 def _warn(message: str) -> None:
     from curate.progress import log
 

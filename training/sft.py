@@ -237,6 +237,7 @@ def build_trainer(cfg: SFTRunConfig, tokenizer: Any, rows: pl.DataFrame, output_
     )
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts to stdout; ``progress_callback`` one line
     trainer.add_callback(progress_callback())
+    run_folder.quiet_tied_weights(trainer.model)  # a resume loads tied embeddings once: not a missing key
     return trainer
 
 

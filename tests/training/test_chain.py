@@ -77,6 +77,8 @@ spec = Path(sys.argv[-1])
 print("stand-in step started", flush=True)
 if os.environ.get("STAND_IN") == "die":
     os.kill(os.getpid(), signal.SIGKILL)
+if os.environ.get("STAND_IN") == "sigint":
+    os.kill(os.getpid(), signal.SIGINT)
 if os.environ.get("STAND_IN") == "done":
     spec.with_name("step_result.json").write_text('{"ok": true}')
     sys.exit(0)
@@ -110,6 +112,16 @@ def test_a_failed_step_is_one_line_with_its_exit_code_and_log(tmp_path, monkeypa
     assert f"its log: {log}" in message and "stand-in step started" in log.read_text()
     assert "stand-in step started" in capsys.readouterr().err  # the step's output on stderr, never stdout
     assert err.value.exit_code == 1  # the CLI prints the line and exits 1 (not a user error)
+
+
+def test_a_step_ended_by_ctrl_c_is_an_interrupt_not_a_failure(tmp_path, monkeypatch):
+    """Ctrl-C reaches the step too: if it dies of SIGINT before the parent sees its own, the parent still reports an
+    interrupt (``training run`` prints one line and exits 130), not a failed step (exit 1; issue 30.7)."""
+    script = tmp_path / "step.py"
+    script.write_text(STAND_IN)
+    monkeypatch.setenv("STAND_IN", "sigint")
+    with pytest.raises(KeyboardInterrupt):
+        run_step({"kind": "sft", "out": str(tmp_path / "sft")}, launch=[sys.executable, str(script)])
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
