@@ -84,13 +84,11 @@ def eval_(
     from curate import io
     from curate.errors import InputError
     from training.evaluate import EvalConfig, evaluate, heldout_problems
-    from training.run_folder import check_files
+    from training.run_folder import check_model
 
-    if not (model_dir / "config.json").is_file():
-        raise InputError(f"{model_dir} is not a model folder (no config.json)")
-    problem = check_files(model_dir)
-    if problem is not None:
-        raise InputError(f"{model_dir} is damaged: {problem}")
+    if not model_dir.is_dir():
+        raise InputError(f"{model_dir} is not a model folder")
+    check_model(model_dir)  # no config.json, a damaged one, or damaged weights: one line
     try:
         problems = heldout_problems(home, pool, split=split, limit=limit)
     except (FileNotFoundError, ValueError) as exc:

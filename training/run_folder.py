@@ -203,21 +203,42 @@ def save_callback() -> Any:
 
 
 def check_model(model: str | Path) -> str:
-    """A step's starting model as transformers should load it: a local model folder (it must have ``config.json``
-    and match its ``files.json`` when it has one), or a hub id. A path that names no folder is an ``InputError``
-    here, in the project's words, instead of transformers' "Repo id must be in the form ..." traceback."""
+    """A step's starting model as transformers should load it: a local model folder, or a hub id. A folder must have
+    a ``config.json`` that parses and match its ``files.json`` when it has one (a folder this project sealed: its
+    weights were finite then); without a record its safetensors weights must parse and be finite
+    (``check_weights``: one read of the weights). A path that names no folder, and a damaged folder, are an
+    ``InputError`` line here, in the project's words, instead of transformers' traceback."""
     text = str(model)
     path = Path(text).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():
             raise InputError(f"{text} is not a model folder (no config.json)")
-        problem = check_files(path)
+        problem = check_files(path) or _check_config(path / "config.json")
+        if problem is None and not _sealed(path):
+            problem = check_weights(path)
         if problem is not None:
             raise InputError(f"model folder {text} is damaged: {problem}")
         return str(path)
     if text.startswith((".", "/", "~")) or text.count("/") > 1 or "\\" in text or not text.strip():
         raise InputError(f"model folder {text} does not exist (and it is not a hub id like Qwen/Qwen2.5-Math-1.5B)")
     return text
+
+
+def _check_config(path: Path) -> str | None:
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        return f"{path.name} is not valid JSON ({exc})"
+    return None if isinstance(config, dict) else f"{path.name} is not a JSON object"
+
+
+def _sealed(folder: Path) -> bool:
+    """Whether ``folder`` has a ``files.json`` with content hashes (``seal``), which ``check_files`` verified."""
+    try:
+        record = json.loads((folder / FILES).read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(record) and all("sha256" in entry for entry in record.values())
 
 
 def load_tokenizer(model: str, **kwargs: Any) -> Any:

@@ -223,12 +223,18 @@ def init_model(run: Run) -> ChainState:
             init_tiny(init_dir, recipe.tiny)
         model = str(init_dir)
     else:
-        local = resolve_path(run.ws, recipe.model)
-        model = str(local) if local.exists() else recipe.model
+        model = start_model(run)
     pending = None
     if Path(model).exists():  # a hub model is not evaluated before training
         pending = {"step": "init", "model": model, "wall_s": time.perf_counter() - t0}
     return ChainState(model=model, initial=model, pending=pending)
+
+
+def start_model(run: Run) -> str:
+    """The recipe's ``model`` as the chain loads it: a folder (relative to the workspace or where you run), checked
+    (``run_folder.check_model``: a damaged ``config.json`` or weights is one line, before curation), or a hub id."""
+    local = resolve_path(run.ws, run.recipe.model)
+    return run_folder.check_model(local if local.exists() else run.recipe.model)
 
 
 def sft(run: Run, state: ChainState) -> ChainState:
@@ -566,7 +572,9 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
                         "call_s": round(time.perf_counter() - t0, 3)})  # fmt: skip
         return result
 
-    # 1. curation
+    # 1. curation (a damaged starting model fails first)
+    if recipe.model != "tiny":
+        start_model(run)
     if curate and recipe.curate_recipe:
         step("curation", curation, run)
     from training.evaluate import heldout_problems
