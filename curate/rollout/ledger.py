@@ -393,7 +393,7 @@ def write_part(frame: pl.DataFrame, path: Path) -> Path:
     clean_temps(path.parent)
     fd, tmp = _locked_temp(path)
     try:
-        with os.fdopen(os.dup(fd), "wb") as fh:
+        with io.naming(path), os.fdopen(os.dup(fd), "wb") as fh:  # a full disk: one line naming the part
             frame.write_parquet(fh, compression="zstd", statistics=True)
             fh.flush()
             os.fsync(fh.fileno())
