@@ -299,6 +299,16 @@ def run_(
     set_: _SetOpt = None,
     home: Annotated[Path | None, typer.Option(help="Workspace root (else $CURATE_HOME, recipe, ./workspace).")] = None,
     out: Annotated[Path | None, typer.Option(help="Run folder (default <workspace>/runs/<recipe name>).")] = None,
+    lock_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--lock-timeout",
+            envvar="CURATE_LOCK_TIMEOUT",
+            help="Seconds to wait while another process writes the same run folder, pool, selection or curriculum "
+            "(default 600; negative: no limit).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: _JsonOpt = False,
 ) -> None:
     """The whole chain from one recipe: curation, starting model, SFT, RL stages, re-distillation, eval, fit.
@@ -312,7 +322,9 @@ def run_(
     from training.runner import run_chain
 
     echo = (lambda line: print(line, file=sys.stderr, flush=True)) if as_json else print  # stdout: the JSON only
-    summary = run_chain(load_recipe(recipe, parse_overrides(set_)), home=home, out=out, echo=echo)
+    summary = run_chain(
+        load_recipe(recipe, parse_overrides(set_)), home=home, out=out, echo=echo, lock_timeout=lock_timeout
+    )
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
     else:

@@ -516,16 +516,21 @@ def run_chain(
     echo: Callable[[str], None] = print,
     call: Call = direct,
     curate: bool = True,
+    lock_timeout: float | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) the whole chain of ``recipe``; returns the summary (also in ``summary.json``).
 
     call: ``call(name, fn, *args)`` runs one step (default: here; the Prefect flow makes it a task). curate: run
-    the curation step (the flow runs it as its own subflow and passes False). ``timings`` in the summary: per step,
-    ``wall_s`` inside the step function and ``call_s`` around ``call`` (the difference is the caller's overhead).
+    the curation step (the flow runs it as its own subflow and passes False). lock_timeout: seconds to wait for the
+    run folder's lock and the workspace's (``--lock-timeout``; None: ``$CURATE_LOCK_TIMEOUT``, else 600).
+    ``timings`` in the summary: per step, ``wall_s`` inside the step function and ``call_s`` around ``call`` (the
+    difference is the caller's overhead).
     """
     check_launch(recipe)
     run = open_run(recipe, home, out, echo)
-    with run_lock(run):
+    if lock_timeout is not None:  # curation and ``measure`` take the workspace's locks with it too
+        run = dataclasses.replace(run, ws=dataclasses.replace(run.ws, lock_timeout=lock_timeout))
+    with run_lock(run, lock_timeout):
         return _run_steps(run, call, curate)
 
 

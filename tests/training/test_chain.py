@@ -42,7 +42,11 @@ def test_a_changed_recipe_on_a_finished_run_is_refused_and_its_records_stay(tmp_
     assert json.loads((other.run_dir / "recipe.json").read_text())["seed"] == 1
 
 
-def test_a_second_writer_of_a_run_folder_waits_then_gives_up_naming_the_holder(tmp_path, monkeypatch):
+def test_a_second_writer_of_a_run_folder_waits_then_gives_up_naming_the_holder(tmp_path, monkeypatch, capsys):
+    import yaml
+
+    from training.cli import main
+
     run = open_run(recipe_from_mapping(RECIPE), home=tmp_path)
     ready = tmp_path / "held"
     holder = subprocess.Popen(
@@ -62,6 +66,12 @@ def test_a_second_writer_of_a_run_folder_waits_then_gives_up_naming_the_holder(t
         wait_for(ready)
         with pytest.raises(LockTimeout, match=rf"run folder .*locked by pid {holder.pid}"), run_lock(run, timeout=0.5):
             pass
+        # the waiting message advises --lock-timeout: `training run` takes it (issue 30.10)
+        recipe = tmp_path / "r.yaml"
+        recipe.write_text(yaml.safe_dump(RECIPE))
+        assert main(["run", "--recipe", str(recipe), "--home", str(tmp_path), "--lock-timeout", "0.5"]) == 2
+        err = capsys.readouterr().err
+        assert "--lock-timeout" in err and f"locked by pid {holder.pid}" in err and "gave up after 0.5 s" in err
     finally:
         holder.kill()
         holder.wait()
