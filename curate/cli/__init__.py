@@ -61,8 +61,8 @@ def run(
     """Run the stages a recipe lists, in order; finished stages are skipped (their manifests match).
 
     The whole recipe is validated first (every section, every key), so a typo fails before any work starts.
-    Workspace root: --home, else $CURATE_HOME, else the recipe's home:, else ./workspace (``Workspace.resolve``,
-    the same rule the Prefect flow uses).
+    Workspace root: --home, else $CURATE_HOME, else the recipe's home:, else ./workspace (the same rule the Prefect
+    flow uses).
     """
     from curate import config, pipeline
 
