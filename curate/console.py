@@ -12,14 +12,13 @@ import errno
 import sys
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from curate.errors import CurateError
-from curate.progress import console
+from curate.progress import console, make_console
 
 
-out = Console()
+out = make_console()
 
 
 INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C

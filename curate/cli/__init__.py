@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from curate.cli.common import (
@@ -137,7 +138,7 @@ def formats() -> None:
     table.add_column("format")
     table.add_column("reads")
     for fmt, desc in FORMATS.items():
-        table.add_row(fmt, desc)
+        table.add_row(fmt, escape(desc))  # "[:config][@split]" is text, not rich markup
     out.print(table)
 
 

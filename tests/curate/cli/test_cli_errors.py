@@ -223,6 +223,20 @@ def test_size_above_the_eligible_count_warns(ws, capsys):
 
 
 # --------------------------------------------------------------------------------------------------- progress in logs
+def test_tables_keep_their_width_off_a_terminal():
+    """Issue 30.10: piped or logged, rich cut every table at 80 columns, wrapping its cells over several lines."""
+    from curate.ingest.formats import FORMATS
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    proc = _popen(["curate", "formats"], env)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    rows = out.splitlines()
+    assert max(len(row) for row in rows) > 80
+    for fmt, reads in FORMATS.items():  # each row whole on one line
+        assert any(f" {fmt} " in row and reads in row for row in rows), (fmt, out)
+
+
 def test_progress_prints_rate_and_time_left_when_not_a_terminal(capsys):
     from curate.progress import bar
 
