@@ -528,21 +528,8 @@ def train_rl(
         trainer.bridge.load_checkpoint_state(json.loads((checkpoint / run_folder.SAMPLER_STATE).read_text()))
         trainer.resume_rng_from = str(checkpoint)  # restored at the first step: the resumed steps sample the same
     trainer.optimizer_from = optimizer_from
-    if at_end:
-        trainer.state, train_loss = run_folder.trainer_state(checkpoint), None
-    else:
-        result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-        train_loss = float(result.training_loss) if result.training_loss is not None else None
     final = out_dir / run_folder.FINAL
-    trainer.save_model(str(final))
-    if state.is_main_process:  # Adam's state at the end: the next chained stage may start from it
-        import torch
-
-        if at_end:  # the checkpoint saved the same state_dict at the same step
-            if (checkpoint / OPTIMIZER).is_file():
-                io.copy_file(checkpoint / OPTIMIZER, out_dir / OPTIMIZER)
-        else:
-            torch.save(trainer.optimizer.state_dict(), out_dir / OPTIMIZER)
+    train_loss = _train_and_save(trainer, checkpoint, at_end, out_dir, state.is_main_process)
 
     from training.sampler_bridge import state_hash
 
@@ -578,6 +565,25 @@ def train_rl(
         io.write_json(out_dir / SUMMARY, summary)
     state.wait_for_everyone()
     return summary
+
+
+def _train_and_save(trainer: Any, checkpoint: Path | None, at_end: bool, out_dir: Path, main: bool) -> float | None:
+    """Train (resuming from ``checkpoint``), or take the model of a checkpoint at the run's end (``at_end``: the
+    trainer was built on it), then save ``final/`` and, on the main process, Adam's state at the end
+    (``optimizer.pt``: the next chained stage may start from it). Returns the mean loss of the steps trained here."""
+    if at_end:
+        trainer.state, train_loss = run_folder.trainer_state(checkpoint), None
+    else:
+        result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        train_loss = float(result.training_loss) if result.training_loss is not None else None
+    trainer.save_model(str(out_dir / run_folder.FINAL))
+    if main and not at_end:
+        import torch
+
+        torch.save(trainer.optimizer.state_dict(), out_dir / OPTIMIZER)
+    elif main and (checkpoint / OPTIMIZER).is_file():  # the checkpoint saved the same state_dict at the same step
+        io.copy_file(checkpoint / OPTIMIZER, out_dir / OPTIMIZER)
+    return train_loss
 
 
 def _check_inputs(
