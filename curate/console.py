@@ -8,17 +8,17 @@ traceback. It lives below ``curate.cli`` so that ``training``'s CLI shares it wi
 
 from __future__ import annotations
 
+import errno
 import sys
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from curate.errors import CurateError
-from curate.progress import console
+from curate.progress import console, make_console
 
 
-out = Console()
+out = make_console()
 
 
 INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
@@ -34,7 +34,8 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
       exits 2. typer >= 0.29 vendors click as ``typer._click``, whose exceptions derive from
       ``typer.TyperException``, not from the ``click`` package's, so that is the class caught here;
     - a ``CurateError`` (``ConfigError``, ``InputError``, ``LockTimeout``, ...) prints one line and exits 2, and so
-      does a ``FileNotFoundError`` / ``PermissionError`` the OS raised for a named path (a file the user gave);
+      does an ``OSError`` the machine raised for a named path (a file the user gave, no permission) or for the
+      disk (full, read-only: ``os_error_line``);
     - Ctrl-C prints "interrupted" and exits 130;
     - anything else is a bug and keeps its traceback.
     """
@@ -62,13 +63,33 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
         rc = INTERRUPTED
     except CurateError as exc:
         return error_line(str(exc), getattr(exc, "exit_code", 2))
-    except (FileNotFoundError, PermissionError) as exc:
-        if exc.filename is None:  # not the OS naming a path: a bug, keep the traceback
+    except OSError as exc:
+        line = os_error_line(exc)
+        if line is None:  # not the OS refusing a path or a disk: a bug, keep the traceback
             raise
-        return error_line(f"{exc.strerror or exc}: {exc.filename}")
+        return error_line(line)
     if rc == INTERRUPTED:  # typer turns KeyboardInterrupt into Exit(130) before we see it
         console.print("interrupted", highlight=False)
     return rc if isinstance(rc, int) else 0
+
+
+# What the machine refused, not a bug: a full disk or quota, a read-only file system, no permission.
+STORAGE = {errno.ENOSPC: "free some space, then run the command again: finished work is kept",
+           errno.EDQUOT: "free some space, then run the command again: finished work is kept",
+           errno.EROFS: "the workspace must be writable: every command that changes it takes a lock there",
+           errno.EACCES: "", errno.EPERM: ""}  # fmt: skip
+
+
+def os_error_line(exc: OSError) -> str | None:
+    """The one line for an ``OSError`` the machine raised for a named path (a missing file the user gave, no
+    permission) or for the disk (full, over quota, read-only, with or without a path); None for anything else."""
+    if exc.errno not in STORAGE and not (isinstance(exc, FileNotFoundError) and exc.filename is not None):
+        return None
+    if exc.filename is None and exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        return None
+    hint = STORAGE.get(exc.errno) or ""
+    where = f": {exc.filename}" if exc.filename is not None else ""
+    return f"{exc.strerror or exc}{where}" + (f" ({hint})" if hint else "")
 
 
 def error_line(message: str, code: int = 2) -> int:

@@ -199,31 +199,65 @@ def _create_temp(path: Path) -> Path:
         return tmp
 
 
+def public_mode(path: str | os.PathLike) -> Path:
+    """Give a file another library left private (safetensors writes weights 0600) the mode the umask gives any new
+    file (0644 under umask 022), as every file this project writes has; a file with another mode is left as it is.
+    Model folders (``training.run_folder.record_files``, ``training.tiny.init_tiny``) call it on what they saved."""
+    path = Path(path)
+    umask = os.umask(0)
+    os.umask(umask)
+    if path.stat().st_mode & 0o777 == 0o600 and umask != 0o177:
+        path.chmod(0o666 & ~umask)
+    return path
+
+
+@contextlib.contextmanager
+def naming(path: str | os.PathLike) -> Iterator[None]:
+    """Make a failed write name the file it was writing: an ``OSError`` without a file name (``write`` on a full disk
+    raises ``[Errno 28] No space left on device`` alone) gets ``path``, and polars' ``ComputeError("... underlying IO
+    error: No space left on device (os error 28)")`` becomes the ``OSError`` it stands for. The CLI prints such an
+    error as one line (``curate.console.run_app``) instead of a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
+    except pl.exceptions.ComputeError as exc:
+        found = re.search(r"\(os error (\d+)\)", str(exc))
+        if found is None:
+            raise
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from None
+
+
 def _stage_parquet(df: pl.DataFrame, path: Path, schema: pl.Schema | None) -> Path:
     """``df`` (validated first if a schema is given) written and fsynced to a temp file beside ``path``."""
     if schema is not None:
         df = S.validate(df, schema, table=path.stem)
-    tmp = _create_temp(path)
-    try:
-        df.write_parquet(tmp, compression="zstd", statistics=True)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with naming(path):
+        tmp = _create_temp(path)
+        try:
+            df.write_parquet(tmp, compression="zstd", statistics=True)
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     return tmp
 
 
 def _stage_text(path: Path, text: str) -> Path:
-    tmp = _create_temp(path)
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with naming(path):
+        tmp = _create_temp(path)
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     return tmp
 
 
@@ -240,15 +274,16 @@ def copy_file(source: str | os.PathLike, target: str | os.PathLike) -> Path:
     """Copy a file atomically: a temp file beside ``target`` (the workspace's temp naming, so a killed copy is
     cleaned like any other), fsynced, then renamed into place."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _create_temp(target)
-    try:
-        shutil.copyfile(source, tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with naming(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _create_temp(target)
+        try:
+            shutil.copyfile(source, tmp)
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     return _place(tmp, target)
 
 
@@ -474,7 +509,8 @@ def building(target: str | os.PathLike) -> Iterator[Path]:
     folder's lock around it."""
     tmp = temp_dir(target)
     try:
-        yield tmp
+        with naming(target):  # a full disk names the folder being built
+            yield tmp
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

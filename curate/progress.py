@@ -21,7 +21,22 @@ from rich.console import Console
 from rich.markup import escape
 
 
-console = Console(stderr=True)
+PIPE_WIDTH = 1000  # off a terminal: tables and lines keep their natural width up to this
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A rich console. On a terminal it takes the terminal's width; off one (a pipe, a log file, CI) rich assumes 80
+    columns and cuts every wider table into wrapped cells, so without ``$COLUMNS`` it gets ``PIPE_WIDTH`` instead:
+    a table keeps its natural width, as ``--json`` output keeps its content. Both CLIs' consoles come from here."""
+    import os
+
+    term = Console(stderr=stderr)
+    if term.is_terminal or os.environ.get("COLUMNS"):
+        return term
+    return Console(stderr=stderr, width=PIPE_WIDTH)
+
+
+console = make_console(stderr=True)
 
 
 def log(message: str, enabled: bool = True) -> None:

@@ -247,11 +247,16 @@ def run_step(spec: Mapping[str, Any], launch: list[str] | None = None) -> dict[s
     The step's output goes to stderr (stdout stays the caller's: ``training run --json`` prints only JSON) and to
     ``<out>/step.log``. The step dies with its parent: killing ``training run`` (SIGKILL or SIGTERM) sends the
     step SIGTERM through the kernel's parent-death signal (Linux), so no orphan keeps writing the run folder.
-    Raises ``StepFailed`` (one line: the step, its exit code or signal, its log) when it fails.
+    Ctrl-C is the parent's to handle: the step ignores SIGINT (``step_main``) and is stopped by the parent, which
+    prints one line and exits 130 (a step that died of SIGINT anyway counts as interrupted, not as failed).
+    Temp files a killed step left in ``<out>`` (``.step_result.json.<hex>.tmp``) are removed first: the run
+    folder's lock (``run_lock``) makes this the only writer there. Raises ``StepFailed`` (one line: the step, its
+    exit code or signal, its log) when it fails.
     """
     out = Path(spec["out"])
     spec_path = out / "step_spec.json"
     out.mkdir(parents=True, exist_ok=True)
+    io.remove_temp(out)
     io.write_json(spec_path, dict(spec))
     result_path = spec_path.with_name("step_result.json")
     result_path.unlink(missing_ok=True)
@@ -272,6 +277,8 @@ def run_step(spec: Mapping[str, Any], launch: list[str] | None = None) -> dict[s
             if proc.poll() is None:  # we are being interrupted: the step goes too
                 proc.terminate()
             rc = proc.wait()
+    if rc in (-signal.SIGINT, 128 + signal.SIGINT):  # Ctrl-C reached the step first: the user's interrupt
+        raise KeyboardInterrupt
     if rc != 0 or not result_path.is_file():
         how = f"was killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with code {rc}"
         raise StepFailed(f"training step {spec['kind']} ({out}) {how}; its log: {log}")
@@ -469,4 +476,5 @@ def stamp_lineage(model_dir: str | Path, lineage: Mapping[str, Any]) -> bool:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's (``run_step``): it stops this step
     step_main(Path(sys.argv[1]))

@@ -77,20 +77,18 @@ def eval_(
 ) -> None:
     """Held-out pass@1 (mean@k) +- standard error of a model on a pool's test problems.
 
-    Defaults are ``training.evaluate.EvalConfig``'s, the same as a recipe's ``eval`` section. The sampled
-    completions depend on the seed, k, temperature, top_p, max_new_tokens AND batch_size (each generate call is
-    seeded once): to reproduce a ``training run`` figure, pass the run's ``eval`` settings (``recipe.json``).
+    The defaults are those of a training recipe's eval: section. The sampled completions depend on the seed, k,
+    temperature, top_p, max_new_tokens AND batch_size (each generate call is seeded once): to reproduce a figure of
+    `training run`, pass the run's eval settings (its recipe.json).
     """
     from curate import io
     from curate.errors import InputError
     from training.evaluate import EvalConfig, evaluate, heldout_problems
-    from training.run_folder import check_files
+    from training.run_folder import check_model
 
-    if not (model_dir / "config.json").is_file():
-        raise InputError(f"{model_dir} is not a model folder (no config.json)")
-    problem = check_files(model_dir)
-    if problem is not None:
-        raise InputError(f"{model_dir} is damaged: {problem}")
+    if not model_dir.is_dir():
+        raise InputError(f"{model_dir} is not a model folder")
+    check_model(model_dir)  # no config.json, a damaged one, or damaged weights: one line
     try:
         problems = heldout_problems(home, pool, split=split, limit=limit)
     except (FileNotFoundError, ValueError) as exc:
@@ -206,11 +204,18 @@ def sft(
     data: Annotated[Path, typer.Option(help="Parquet of conversational prompt/completion rows (curate solutions).")],
     out: Annotated[Path, typer.Option(help="Run folder: checkpoints/, final/, metrics.json, quarantine.parquet.")],
     model: Annotated[str | None, typer.Option(help="Starting model (hub id or folder); else the config's.")] = None,
-    config: Annotated[Path | None, typer.Option(help="YAML file of SFTRunConfig keys.")] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML file of SFT settings (the keys listed above).")] = None,
     set_: _SetOpt = None,
     as_json: _JsonOpt = False,
 ) -> None:
-    """Supervised fine-tuning (TRL SFTTrainer, completion-only loss); re-running resumes or skips."""
+    """Supervised fine-tuning (TRL SFTTrainer, completion-only loss); re-running resumes or skips.
+
+    Settings (--config YAML, --set key=value; a training recipe's sft: keys, a misspelled one fails with a
+    suggestion): model, learning_rate, epochs, per_device_batch_size, gradient_accumulation_steps, max_length (longer
+    rows are quarantined, not truncated), lr_scheduler, warmup_ratio, weight_decay, seed, save_steps,
+    save_total_limit, packing (needs flash-attention), dtype, bf16, gradient_checkpointing, torch_threads,
+    logging_steps, report_to.
+    """
     from training.sft import load_config, train_sft
 
     cfg = load_config(*_config_mapping(config, set_))
@@ -227,7 +232,10 @@ def redistill(
     out: Annotated[Path, typer.Option(help="Run folder (redistill.parquet, final/, metrics.json).")],
     last_steps: Annotated[int | None, typer.Option(help="Window of latest RL steps per run (default 10).")] = None,
     per_problem: Annotated[int | None, typer.Option(help="Solutions per problem (default 1).")] = None,
-    config: Annotated[Path | None, typer.Option(help="YAML file of RedistillConfig keys (sft: {...}).")] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(help="YAML file of settings: last_steps, per_problem, max_rows, seed, instruction, sft: {...}."),
+    ] = None,
     set_: _SetOpt = None,
     as_json: _JsonOpt = False,
 ) -> None:
@@ -274,7 +282,10 @@ def rl(
     model: Annotated[str, typer.Option(help="Starting policy: a saved model folder or hub id (vLLM: a folder).")],
     train: Annotated[Path, typer.Option(help="The stage's prompts: a curriculum shard or a selection's trl.parquet.")],
     out: Annotated[Path, typer.Option(help="Run folder: config.json, metrics.parquet, checkpoints/, final/.")],
-    config: Annotated[Path | None, typer.Option(help="YAML of RLConfig keys (or a file with an `rl:` key).")] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(help="YAML file of RL settings (the keys listed above), or a recipe with an rl: key."),
+    ] = None,
     set_: _SetOpt = None,
     home: Annotated[Path | None, typer.Option(help="Curate workspace of --pool (default $CURATE_HOME).")] = None,
     pool: Annotated[str | None, typer.Option(help="Pool whose rollout ledger receives the rollouts.")] = None,
@@ -284,7 +295,15 @@ def rl(
 
     Re-running the same command resumes from the last checkpoint (nothing trained twice) or prints the summary.
 
-    Config keys: see training.rl.RLConfig (loss_type, num_generations, prompts_per_step, max_steps, ...).
+    Settings (--config YAML, --set key=value; a training recipe's rl: keys, a misspelled one fails with a
+    suggestion): loss_type (grpo, dapo, cispo), epsilon, epsilon_high (cispo: the absolute cap, default 5),
+    num_generations, prompts_per_step, micro_batch_size, num_iterations, max_steps, learning_rate,
+    lr_scheduler_type, warmup_steps, weight_decay, adam_epsilon, max_grad_norm, beta (KL), entropy_coef,
+    scale_rewards, max_prompt_length, max_completion_length, temperature, top_p, seed, save_steps,
+    save_total_limit, policy (uniform, scalingrl), sampler.* (sampler.zero_variance_skip, ...), short_batch,
+    zero_variance_filter, batch_adv_norm, prompt_level_loss, fp32_lm_head, mask_truncated_completions,
+    carry_optimizer, dtype, bf16, gradient_checkpointing, use_vllm, vllm_* (vllm_mode, ...), report_to,
+    ledger_model. The README's "Training" section says what they do.
 
     Example: training rl --model runs/sft/final --train stage1.parquet --out runs/rl1 --set max_steps=160
     """
@@ -301,6 +320,16 @@ def run_(
     set_: _SetOpt = None,
     home: Annotated[Path | None, typer.Option(help="Workspace root (else $CURATE_HOME, recipe, ./workspace).")] = None,
     out: Annotated[Path | None, typer.Option(help="Run folder (default <workspace>/runs/<recipe name>).")] = None,
+    lock_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--lock-timeout",
+            envvar="CURATE_LOCK_TIMEOUT",
+            help="Seconds to wait while another process writes the same run folder, pool, selection or curriculum "
+            "(default 600; negative: no limit).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: _JsonOpt = False,
 ) -> None:
     """The whole chain from one recipe: curation, starting model, SFT, RL stages, re-distillation, eval, fit.
@@ -314,7 +343,9 @@ def run_(
     from training.runner import run_chain
 
     echo = (lambda line: print(line, file=sys.stderr, flush=True)) if as_json else print  # stdout: the JSON only
-    summary = run_chain(load_recipe(recipe, parse_overrides(set_)), home=home, out=out, echo=echo)
+    summary = run_chain(
+        load_recipe(recipe, parse_overrides(set_)), home=home, out=out, echo=echo, lock_timeout=lock_timeout
+    )
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
     else:
@@ -327,7 +358,7 @@ def show(
     as_json: _JsonOpt = False,
 ) -> None:
     """A run's chain (a table of steps: held-out pass@1 ± SE, problems, wall time), RL's paired gain over SFT, the
-    fit and the lineage; or a model folder's lineage. ``--json`` prints everything recorded (chain.json, the whole
+    fit and the lineage; or a model folder's lineage. --json prints everything recorded (chain.json, the whole
     fit.json, the gain)."""
     from training.card import read_lineage
 

@@ -85,7 +85,7 @@ def read_ledger(location: str | Path) -> pl.DataFrame:
     if not files:
         raise InputError(f"no ledger parquet files at {location}")
     wanted = (S.PROBLEM_ID, S.COMPLETION, S.CORRECT, S.VERDICT, S.REWARD, S.STEP, S.MODEL)
-    df = rollout_ledger.scan_files(files, wanted).collect()
+    df = rollout_ledger.read_files(files, wanted)
     if df[S.COMPLETION].null_count() == df.height:
         raise InputError(f"ledger at {location} holds no completions (rows written without the text)")
     return df.with_row_index(ORDER)

@@ -439,6 +439,7 @@ def build_trainer(
     )
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts to stdout; ``log`` prints a line to stderr
     trainer.add_callback(run_folder.save_callback())  # files.json in every checkpoint: a whole one is verifiable
+    run_folder.quiet_tied_weights(trainer.model)  # a resume loads tied embeddings once: not a missing key
     return trainer
 
 
@@ -503,6 +504,7 @@ def train_rl(
         raise ConfigError(f"no prompts left in {train} (dropped {dropped} over max_prompt_length)")
     checkpoint = run_folder.last_checkpoint(out_dir / run_folder.CHECKPOINTS, required=(run_folder.SAMPLER_STATE,))
     resume_step = run_folder.checkpoint_step(checkpoint) if checkpoint else 0
+    at_end = run_folder.at_end(checkpoint)  # trained to the end before: the final model is that checkpoint's
     metrics_log = MetricsLog(out_dir / "metrics.parquet", resume_step) if state.is_main_process else None
 
     ledger = None
@@ -514,7 +516,7 @@ def train_rl(
 
     trainer = build_trainer(
         cfg,
-        model=model,
+        model=checkpoint if at_end else model,
         frame=frame,
         tokenizer=tokenizer,
         out_dir=out_dir,
@@ -526,13 +528,8 @@ def train_rl(
         trainer.bridge.load_checkpoint_state(json.loads((checkpoint / run_folder.SAMPLER_STATE).read_text()))
         trainer.resume_rng_from = str(checkpoint)  # restored at the first step: the resumed steps sample the same
     trainer.optimizer_from = optimizer_from
-    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     final = out_dir / run_folder.FINAL
-    trainer.save_model(str(final))
-    if state.is_main_process:  # Adam's state at the end: the next chained stage may start from it
-        import torch
-
-        torch.save(trainer.optimizer.state_dict(), out_dir / OPTIMIZER)
+    train_loss = _train_and_save(trainer, checkpoint, at_end, out_dir, state.is_main_process)
 
     from training.sampler_bridge import state_hash
 
@@ -550,7 +547,7 @@ def train_rl(
         "padded_chunks": trainer.bridge.padded_chunks,
         "curriculum": dict(trainer.bridge.curriculum.counts),
         "sampler_state_sha256": state_hash(curriculum_state),
-        "train_loss": float(result.training_loss) if result.training_loss is not None else None,
+        "train_loss": train_loss,  # over the steps this call trained (None: none were left)
         "device": str(trainer.args.device),  # where it trained, for the card: cuda:0 / cpu
         "precision": "bf16" if trainer.args.bf16 else "float32",
         "wall_s": round(time.perf_counter() - t0, 2),
@@ -564,10 +561,29 @@ def train_rl(
         summary["reward_last"] = rewards[-1] if rewards else None
         summary["metrics"] = str(written) if written else None
         _write_card(final, cfg, model, train, identity, frame.height, dropped, pool, summary)
-        run_folder.record_files(final, run_folder.WEIGHTS)
+        run_folder.seal(final)
         io.write_json(out_dir / SUMMARY, summary)
     state.wait_for_everyone()
     return summary
+
+
+def _train_and_save(trainer: Any, checkpoint: Path | None, at_end: bool, out_dir: Path, main: bool) -> float | None:
+    """Train (resuming from ``checkpoint``), or take the model of a checkpoint at the run's end (``at_end``: the
+    trainer was built on it), then save ``final/`` and, on the main process, Adam's state at the end
+    (``optimizer.pt``: the next chained stage may start from it). Returns the mean loss of the steps trained here."""
+    if at_end:
+        trainer.state, train_loss = run_folder.trainer_state(checkpoint), None
+    else:
+        result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        train_loss = float(result.training_loss) if result.training_loss is not None else None
+    trainer.save_model(str(out_dir / run_folder.FINAL))
+    if main and not at_end:
+        import torch
+
+        torch.save(trainer.optimizer.state_dict(), out_dir / OPTIMIZER)
+    elif main and (checkpoint / OPTIMIZER).is_file():  # the checkpoint saved the same state_dict at the same step
+        io.copy_file(checkpoint / OPTIMIZER, out_dir / OPTIMIZER)
+    return train_loss
 
 
 def _check_inputs(

@@ -252,12 +252,18 @@ def init_model(run: Run) -> ChainState:
             init_tiny(init_dir, recipe.tiny)
         model = str(init_dir)
     else:
-        local = resolve_path(run.ws, recipe.model)
-        model = str(local) if local.exists() else recipe.model
+        model = start_model(run)
     pending = None
     if Path(model).exists():  # a hub model is not evaluated before training
         pending = {"step": "init", "model": model, "wall_s": time.perf_counter() - t0}
     return ChainState(model=model, initial=model, pending=pending)
+
+
+def start_model(run: Run) -> str:
+    """The recipe's ``model`` as the chain loads it: a folder (relative to the workspace or where you run), checked
+    (``run_folder.check_model``: a damaged ``config.json`` or weights is one line, before curation), or a hub id."""
+    local = resolve_path(run.ws, run.recipe.model)
+    return run_folder.check_model(local if local.exists() else run.recipe.model)
 
 
 def sft(run: Run, state: ChainState) -> ChainState:
@@ -552,17 +558,22 @@ def run_chain(
     echo: Callable[[str], None] = print,
     call: Call = direct,
     curate: bool = True,
+    lock_timeout: float | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) the whole chain of ``recipe``; returns the summary (also in ``summary.json``).
 
     call: ``call(name, fn, *args)`` runs one step (default: here; the Prefect flow makes it a task). curate: run
-    the curation step (the flow runs it as its own subflow and passes False). ``timings`` in the summary: per step,
-    ``wall_s`` inside the step function, ``call_s`` around ``call`` (the difference is the caller's overhead) and
-    ``cpu_s``, the CPU it took (``cpu_seconds``; under the Prefect flow, what this process and its children took).
+    the curation step (the flow runs it as its own subflow and passes False). lock_timeout: seconds to wait for the
+    run folder's lock and the workspace's (``--lock-timeout``; None: ``$CURATE_LOCK_TIMEOUT``, else 600).
+    ``timings`` in the summary: per step, ``wall_s`` inside the step function, ``call_s`` around ``call`` (the
+    difference is the caller's overhead) and ``cpu_s``, the CPU it took (``cpu_seconds``; under the Prefect flow,
+    what this process and its children took).
     """
     check_launch(recipe)
     run = open_run(recipe, home, out, echo)
-    with run_lock(run):
+    if lock_timeout is not None:  # curation and ``measure`` take the workspace's locks with it too
+        run = dataclasses.replace(run, ws=dataclasses.replace(run.ws, lock_timeout=lock_timeout))
+    with run_lock(run, lock_timeout):
         return _run_steps(run, call, curate)
 
 
@@ -610,7 +621,9 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
                         "cpu_s": round(cpu_seconds() - c0, 1)})  # fmt: skip
         return result
 
-    # 1. curation
+    # 1. curation (a damaged starting model fails first)
+    if recipe.model != "tiny":
+        start_model(run)
     if curate and recipe.curate_recipe:
         step("curation", curation, run)
     from training.evaluate import heldout_problems

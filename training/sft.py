@@ -241,6 +241,7 @@ def build_trainer(cfg: SFTRunConfig, tokenizer: Any, rows: pl.DataFrame, output_
     )
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts to stdout; ``progress_callback`` one line
     trainer.add_callback(progress_callback())
+    run_folder.quiet_tied_weights(trainer.model)  # a resume loads tied embeddings once: not a missing key
     return trainer
 
 
@@ -334,10 +335,14 @@ def train_sft(
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     try:
-        trainer = build_trainer(cfg, tokenizer, kept, ckpt_dir)
         last = run_folder.last_checkpoint(ckpt_dir)
         resume = str(last) if last is not None else None
-        result = trainer.train(resume_from_checkpoint=resume)
+        if run_folder.at_end(last):  # trained to the end before: the final model is that checkpoint's
+            trainer = build_trainer(dataclasses.replace(cfg, model=resume), tokenizer, kept, ckpt_dir)
+            trainer.state, mean_loss = run_folder.trainer_state(last), None
+        else:
+            trainer = build_trainer(cfg, tokenizer, kept, ckpt_dir)
+            mean_loss = float(trainer.train(resume_from_checkpoint=resume).training_loss)
         trainer.save_model(str(final))
         if main:
             tokenizer.save_pretrained(str(final))
@@ -349,7 +354,7 @@ def train_sft(
     metrics = {
         "train_loss_first": losses[0] if losses else None,
         "train_loss_last": losses[-1] if losses else None,
-        "train_loss_mean": float(result.training_loss),
+        "train_loss_mean": mean_loss,  # over the steps this call trained (None: none were left)
         "rows": df.height,
         "rows_trained": kept.height,
         "dropped": {reason: n for reason, n in drops},
@@ -371,7 +376,7 @@ def train_sft(
             recipe={kind: dataclasses.asdict(cfg)},
             metrics=metrics,
         )
-        run_folder.record_files(final, run_folder.WEIGHTS)
+        run_folder.seal(final)
         io.write_json(out_dir / METRICS, metrics)
     trainer.accelerator.wait_for_everyone()
     return metrics

@@ -152,6 +152,7 @@ def build_model(tokenizer: Any, cfg: TinyConfig) -> Any:
 
 def init_tiny(out_dir: str | Path, cfg: TinyConfig = TinyConfig()) -> Path:
     """Build tokenizer + random model, save both (and a model card) to ``out_dir``; return ``out_dir``."""
+    from curate import io
     from curate.prompts import INSTRUCTION
     from training.card import write_model_card
 
@@ -162,6 +163,9 @@ def init_tiny(out_dir: str | Path, cfg: TinyConfig = TinyConfig()) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+    for path in out_dir.iterdir():  # safetensors writes the weights 0600; every other model file honours the umask
+        if path.is_file():
+            io.public_mode(path)
     n_params = sum(p.numel() for p in model.parameters())
     write_model_card(
         out_dir,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from curate.cli.common import (
@@ -61,8 +62,8 @@ def run(
     """Run the stages a recipe lists, in order; finished stages are skipped (their manifests match).
 
     The whole recipe is validated first (every section, every key), so a typo fails before any work starts.
-    Workspace root: --home, else $CURATE_HOME, else the recipe's home:, else ./workspace (``Workspace.resolve``,
-    the same rule the Prefect flow uses).
+    Workspace root: --home, else $CURATE_HOME, else the recipe's home:, else ./workspace (the same rule the Prefect
+    flow uses).
     """
     from curate import config, pipeline
 
@@ -137,7 +138,7 @@ def formats() -> None:
     table.add_column("format")
     table.add_column("reads")
     for fmt, desc in FORMATS.items():
-        table.add_row(fmt, desc)
+        table.add_row(fmt, escape(desc))  # "[:config][@split]" is text, not rich markup
     out.print(table)
 
 

@@ -17,7 +17,11 @@ from curate.cli.common import Force, Home, Json, LockWait, emit, render_summary,
 Pool = Annotated[str, typer.Option("--pool", "-p", help="Pool to read (see `curate pools`).")]
 Embed = Annotated[
     list[str] | None,
-    typer.Option("--embed", help="Encoder setting for curate.embed.EmbedConfig, KEY=VALUE (repeatable)."),
+    typer.Option(
+        "--embed",
+        help="Encoder setting KEY=VALUE (repeatable): encoder, batch_size, dtype, device, chunk_size (a recipe's "
+        "embed: keys).",
+    ),
 ]
 
 

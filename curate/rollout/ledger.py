@@ -70,6 +70,7 @@ import polars as pl
 
 from curate import io
 from curate import schema as S
+from curate.errors import InputError
 
 
 KEY = [S.PROBLEM_ID, S.MODEL, S.SAMPLE_IDX]
@@ -169,6 +170,61 @@ def scan_files(
     return lf.with_columns(pl.col(c).cast(d) for c, d in target.items() if wide[c] != d)
 
 
+def collect(frame: pl.LazyFrame, paths: Sequence[Path]) -> pl.DataFrame:
+    """``frame.collect()`` for a scan of the part files ``paths``. When polars cannot read one (a part damaged on
+    disk), the error names that part and the command that sets it aside (``DamagedPart``) instead of polars' words,
+    which name no file."""
+    try:
+        return frame.collect()
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        for path in paths:
+            problem = _unreadable(path)
+            if problem is not None:
+                raise DamagedPart(path, problem) from None
+        raise exc from None
+
+
+def read_files(paths: Sequence[Path], columns: Sequence[str] | None = None) -> pl.DataFrame:
+    """``scan_files(paths, columns)`` collected, a damaged part named (``collect``); not deduplicated."""
+    return collect(scan_files(paths, columns), paths)
+
+
+class DamagedPart(InputError):
+    """A ledger part polars cannot read. One line: the part, what is wrong, and how to set it aside: renamed
+    ``damaged-part-....parquet`` it leaves the one glob rule (``PART_GLOB``), so every read, the stats (recomputed
+    in full when a part goes) and every count leave its rows out, and ``curate rollout`` with the same settings
+    samples the missing ones again (its shards are cut by what the ledger lacks)."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        import shlex
+
+        aside = path.with_name(f"damaged-{path.name}")
+        rows = _row_count(path)
+        super().__init__(
+            f"ledger part {path} is damaged ({problem}); set it aside and run the command again: mv "
+            f"{shlex.quote(str(path))} {shlex.quote(str(aside))} ({rows or 'its'} rows then leave the ledger and "
+            "every count; `curate rollout` samples missing rows again)"
+        )
+        self.path = path
+
+
+def _unreadable(path: Path) -> str | None:
+    """What polars says about reading the part at ``path`` whole, or None when it reads."""
+    try:
+        pl.read_parquet(path)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return None
+
+
+def _row_count(path: Path) -> int | None:
+    """The rows a part's footer records, when the footer itself still reads."""
+    try:
+        return int(pl.scan_parquet(path).select(pl.len()).collect().item())
+    except (pl.exceptions.PolarsError, OSError):
+        return None
+
+
 def scan(
     ws: io.Workspace,
     pool: str,
@@ -201,8 +257,10 @@ def read(
     run_id: str | None = None,
     file_column: str | None = None,
 ) -> pl.DataFrame:
-    """``scan`` collected: the ledger as a frame, one row per key (the first file in name order wins)."""
-    return scan(ws, pool, model, columns=columns, run_id=run_id, file_column=file_column).collect()
+    """``scan`` collected: the ledger as a frame, one row per key (the first file in name order wins); a part polars
+    cannot read is named (``collect``)."""
+    lf = scan(ws, pool, model, columns=columns, run_id=run_id, file_column=file_column)
+    return collect(lf, files(ws, pool, model, run_id=run_id))
 
 
 def taken(
@@ -230,7 +288,7 @@ def taken(
     lf = scan_files(parts, [S.PROBLEM_ID, S.SAMPLE_IDX])
     if wanted is not None:
         lf = lf.filter(pl.col(S.PROBLEM_ID).is_in(sorted(wanted)))
-    for pid, idx in lf.unique().collect().iter_rows():
+    for pid, idx in collect(lf.unique(), parts).iter_rows():
         used.setdefault(pid, set()).add(idx)
     return used
 
@@ -335,7 +393,7 @@ def write_part(frame: pl.DataFrame, path: Path) -> Path:
     clean_temps(path.parent)
     fd, tmp = _locked_temp(path)
     try:
-        with os.fdopen(os.dup(fd), "wb") as fh:
+        with io.naming(path), os.fdopen(os.dup(fd), "wb") as fh:  # a full disk: one line naming the part
             frame.write_parquet(fh, compression="zstd", statistics=True)
             fh.flush()
             os.fsync(fh.fileno())

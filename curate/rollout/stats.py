@@ -125,7 +125,7 @@ def compute_stats(rows: pl.DataFrame, prior: tuple[float, float] = (1.0, 1.0)) -
 
 # --------------------------------------------------------------------------------------------------- I/O
 def _read(files: Sequence[Path], cols: list[str]) -> pl.DataFrame:
-    return ledger.scan_files(files, cols).collect()
+    return ledger.read_files(files, cols)
 
 
 def _fingerprint(ws: io.Workspace, pool: str, files: Sequence[Path]) -> dict[str, str]:

@@ -75,7 +75,7 @@ def write_selection(
     which first repairs what a killed writer left: a folder missing after a crash mid-swap is put back, temp
     folders are removed. The folder is replaced by ``io.replace_dir``, so it is never absent.
     """
-    with io.Workspace(out.parent.parent).lock("selection", out.name):
+    with io.Workspace(out.parent.parent).lock("selection", out.name), io.naming(out):  # a full disk names the folder
         return _write_selection(out, selection, pool, drops, manifest, instruction=instruction, plots=plots)
 
 

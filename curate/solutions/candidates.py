@@ -121,7 +121,8 @@ def read_ledger_rows(ws: io.Workspace, pool: str) -> pl.DataFrame:
     """
     correct = pl.col(S.CORRECT).fill_null(False)
     lf = ledger.scan(ws, pool, columns=_LEDGER_COLS, file_column="ledger_file")
-    return lf.with_columns(pl.when(correct).then(pl.col(S.COMPLETION)).alias(S.COMPLETION)).collect()
+    lf = lf.with_columns(pl.when(correct).then(pl.col(S.COMPLETION)).alias(S.COMPLETION))
+    return ledger.collect(lf, ledger.files(ws, pool))
 
 
 def ledger_candidates(ledger_rows: pl.DataFrame, ids: pl.DataFrame, cfg: SolutionsConfig) -> pl.DataFrame:

@@ -60,7 +60,14 @@ def warn_unguarded_main() -> None:
 
 
 def _worker_main(conn: Any, init: Callable[[], Any], handle: Callable, memory_mb: int) -> None:
-    """Body of a worker process: handle items from the pipe, one result message per item, until ``None``."""
+    """Body of a worker process: handle items from the pipe, one result message per item, until ``None``.
+
+    Ctrl-C reaches every process of the terminal's group: a worker ignores it (else each prints a
+    ``KeyboardInterrupt`` traceback of its own), and the parent, interrupted, stops its workers (``Pool.close``;
+    daemon workers also go at its exit)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if memory_mb > 0:
         try:
             import resource

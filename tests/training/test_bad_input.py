@@ -67,6 +67,50 @@ def test_a_damaged_model_is_refused_by_eval(tmp_path, capsys):
     assert "is damaged: model.safetensors has 10 bytes" in _one_line(capsys)
 
 
+def _damaged_models(tmp_path):
+    """Model folders a user may hand ``model:`` (no ``files.json``): a damaged config.json, a weights header damaged
+    in place, NaN weights."""
+    import torch
+    from safetensors.torch import save_file
+
+    folders = {}
+    for name in ("config", "header", "nan"):
+        folder = folders[name] = tmp_path / name
+        folder.mkdir()
+        config = '{"model_type": "qwen2"}'
+        (folder / "config.json").write_text(config[:-1] if name == "config" else config)  # truncated JSON
+        save_file({"w": torch.full((4,), float("nan") if name == "nan" else 1.0)}, str(folder / "model.safetensors"))
+    with (folders["header"] / "model.safetensors").open("r+b") as f:
+        f.seek(9)
+        f.write(b"\xff\xfe")
+    return folders
+
+
+def test_a_damaged_model_folder_is_one_line(tmp_path, capsys):
+    """Issue 30.2: a damaged config.json or damaged weights were transformers' tracebacks."""
+    rows = tmp_path / "sft.parquet"
+    pl.DataFrame({"prompt": ["x"], "completion": ["y"]}).write_parquet(rows)
+    models = _damaged_models(tmp_path)
+    expected = {"config": "config.json is not valid JSON", "header": "model.safetensors is not a readable safetensors",
+                "nan": "model.safetensors: w holds NaN or infinite values"}  # fmt: skip
+    for name, folder in models.items():
+        assert main(["sft", "--model", str(folder), "--data", str(rows), "--out", str(tmp_path / "o")]) == 2
+        err = _one_line(capsys)
+        assert f"model folder {folder} is damaged: {expected[name]}" in err, err
+        assert main(["eval", str(folder), "--pool", "p", "--home", str(tmp_path / "ws")]) == 2
+        assert expected[name] in _one_line(capsys)
+
+
+def test_training_run_checks_its_model_folder_before_curation(tmp_path, capsys):
+    from tests.tiny_chain import write_tiny_chain
+
+    model = _damaged_models(tmp_path)["config"]
+    recipe = write_tiny_chain(tmp_path, model=str(model))
+    assert main(["run", "--recipe", str(recipe), "--home", str(tmp_path / "ws")]) == 2
+    assert f"model folder {model} is damaged: config.json is not valid JSON" in _one_line(capsys)
+    assert not (tmp_path / "ws" / "pools").exists()  # nothing curated: the model is checked first
+
+
 def test_training_run_recipe_errors_before_any_work(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: r\npool: p\nrl: {learning_rate: 1e-4\n")  # unclosed mapping

@@ -42,7 +42,11 @@ def test_a_changed_recipe_on_a_finished_run_is_refused_and_its_records_stay(tmp_
     assert json.loads((other.run_dir / "recipe.json").read_text())["seed"] == 1
 
 
-def test_a_second_writer_of_a_run_folder_waits_then_gives_up_naming_the_holder(tmp_path, monkeypatch):
+def test_a_second_writer_of_a_run_folder_waits_then_gives_up_naming_the_holder(tmp_path, monkeypatch, capsys):
+    import yaml
+
+    from training.cli import main
+
     run = open_run(recipe_from_mapping(RECIPE), home=tmp_path)
     ready = tmp_path / "held"
     holder = subprocess.Popen(
@@ -62,6 +66,12 @@ def test_a_second_writer_of_a_run_folder_waits_then_gives_up_naming_the_holder(t
         wait_for(ready)
         with pytest.raises(LockTimeout, match=rf"run folder .*locked by pid {holder.pid}"), run_lock(run, timeout=0.5):
             pass
+        # the waiting message advises --lock-timeout: `training run` takes it (issue 30.10)
+        recipe = tmp_path / "r.yaml"
+        recipe.write_text(yaml.safe_dump(RECIPE))
+        assert main(["run", "--recipe", str(recipe), "--home", str(tmp_path), "--lock-timeout", "0.5"]) == 2
+        err = capsys.readouterr().err
+        assert "--lock-timeout" in err and f"locked by pid {holder.pid}" in err and "gave up after 0.5 s" in err
     finally:
         holder.kill()
         holder.wait()
@@ -77,8 +87,27 @@ spec = Path(sys.argv[-1])
 print("stand-in step started", flush=True)
 if os.environ.get("STAND_IN") == "die":
     os.kill(os.getpid(), signal.SIGKILL)
+if os.environ.get("STAND_IN") == "sigint":
+    os.kill(os.getpid(), signal.SIGINT)
+if os.environ.get("STAND_IN") == "done":
+    spec.with_name("step_result.json").write_text('{"ok": true}')
+    sys.exit(0)
 time.sleep(120)
 """
+
+
+def test_a_step_leaves_no_temp_file_of_a_killed_step_behind(tmp_path, monkeypatch):
+    """A step killed while writing leaves ``.step_result.json.<hex>.tmp``; the next run of the step removes it (issue
+    30.3: a retrained ``sft/`` kept one)."""
+    script = tmp_path / "step.py"
+    script.write_text(STAND_IN)
+    out = tmp_path / "sft"
+    out.mkdir()
+    left = out / ".step_result.json.1a2b3c4d.tmp"
+    left.write_text('{"ok"')
+    monkeypatch.setenv("STAND_IN", "done")
+    assert run_step({"kind": "sft", "out": str(out)}, launch=[sys.executable, str(script)]) == {"ok": True}
+    assert not left.exists() and not list(out.glob(".*.tmp"))
 
 
 def test_a_failed_step_is_one_line_with_its_exit_code_and_log(tmp_path, monkeypatch, capsys):
@@ -93,6 +122,16 @@ def test_a_failed_step_is_one_line_with_its_exit_code_and_log(tmp_path, monkeypa
     assert f"its log: {log}" in message and "stand-in step started" in log.read_text()
     assert "stand-in step started" in capsys.readouterr().err  # the step's output on stderr, never stdout
     assert err.value.exit_code == 1  # the CLI prints the line and exits 1 (not a user error)
+
+
+def test_a_step_ended_by_ctrl_c_is_an_interrupt_not_a_failure(tmp_path, monkeypatch):
+    """Ctrl-C reaches the step too: if it dies of SIGINT before the parent sees its own, the parent still reports an
+    interrupt (``training run`` prints one line and exits 130), not a failed step (exit 1; issue 30.7)."""
+    script = tmp_path / "step.py"
+    script.write_text(STAND_IN)
+    monkeypatch.setenv("STAND_IN", "sigint")
+    with pytest.raises(KeyboardInterrupt):
+        run_step({"kind": "sft", "out": str(tmp_path / "sft")}, launch=[sys.executable, str(script)])
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")

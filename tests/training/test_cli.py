@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 
 def test_training_reward_on_jsonl(tmp_path, capsys):
@@ -40,3 +41,42 @@ def test_run_json_prints_only_json_on_stdout(tmp_path, capsys, monkeypatch):
     assert main(["run", "--recipe", str(recipe), "--json"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["wall_s"] == 1.0 and "[chain] sft" in captured.err
+
+
+# RST markup, module paths (training.rl.RLConfig) and class names of the code, none of which a user can type
+INTERNAL = re.compile(r"``|:class:|\b(?:curate|training|flows)\.[a-z_]+\.\w|\b\w+Config\b|RunRecipe|Workspace\.")
+
+
+def _helps() -> dict[str, str]:
+    """Every ``--help`` of both CLIs (the apps and each verb), rendered wide as a pipe or a log would get it."""
+    from typer.main import get_command
+    from typer.testing import CliRunner
+
+    from curate.cli import app as curate_app
+    from training.cli import app as training_app
+
+    out = {}
+    for name, app in (("curate", curate_app), ("training", training_app)):
+        for verb in ["", *get_command(app).commands]:
+            result = CliRunner().invoke(app, [*([verb] if verb else []), "--help"], env={"COLUMNS": "240"})
+            assert result.exit_code == 0, (name, verb, result.output)
+            out[f"{name} {verb}".strip()] = result.output
+    return out
+
+
+def test_help_texts_show_no_rst_markup_or_internal_names():
+    """Issue 30.10: `--help` showed ``double backticks`` and "Config keys: see training.rl.RLConfig". Each verb says
+    what its settings are; `training rl` and `training sft` list every key their --config and --set take."""
+    import dataclasses
+
+    from training.rl import RLConfig
+    from training.sft import SFTRunConfig
+
+    helps = _helps()
+    shown = {verb: INTERNAL.findall(text) for verb, text in helps.items() if INTERNAL.search(text)}
+    assert not shown, shown
+    for verb, config in (("training rl", RLConfig), ("training sft", SFTRunConfig)):
+        text = " ".join(helps[verb].split())
+        for key in (f.name for f in dataclasses.fields(config)):
+            family = f"{key.split('_')[0]}_*" if key.startswith("vllm_") else f"{key}.*"
+            assert re.search(rf"\b{key}\b", text) or family in text, (verb, key)

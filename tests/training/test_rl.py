@@ -282,6 +282,19 @@ def test_train_rl_writes_run_folder_checkpoint_state_final_model_and_ledger(tiny
 
     again = train_rl(cfg, model=tiny, train=train_file, out_dir=run, home=ws.root, pool="tiny")
     assert again["skipped"] is True and ledger.read(ws, "tiny", "run").height == 3 * 32
+
+    # the final model damaged after the run: rebuilt from the checkpoint of step 3, never trained into a step 4
+    before = (run / "checkpoints" / "checkpoint-3" / "model.safetensors").read_bytes()
+    with (final / "model.safetensors").open("r+b") as f:
+        f.truncate(100)
+    rebuilt = train_rl(cfg, model=tiny, train=train_file, out_dir=run, home=ws.root, pool="tiny")
+    assert rebuilt["steps"] == 3 and not (run / "checkpoints" / "checkpoint-4").exists()
+    assert ledger.read(ws, "tiny", "run").height == 3 * 32 and (run / "optimizer.pt").is_file()
+    assert pl.read_parquet(run / "metrics.parquet")["step"].to_list() == [1, 2, 3]
+    from safetensors.torch import load
+
+    got, want = load((final / "model.safetensors").read_bytes()), load(before)
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in got)
     with pytest.raises(InputError, match="another config"):
         train_rl(load_rl_config(None, [*SMALL, "max_steps=4"]), model=tiny, train=train_file, out_dir=run)
 

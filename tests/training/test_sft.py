@@ -8,6 +8,7 @@ finished run, the result is a loadable model folder with a card, and packing is 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 
 import polars as pl
@@ -118,6 +119,67 @@ def test_sft_trains_on_solutions_quarantines_long_rows_and_resumes(tiny, rows_fi
     again = train_sft(_cfg(), model=str(tiny), data=rows_file, out_dir=out)
     assert again["resumed_from"].endswith("checkpoint-12") and again["steps"] == 12
     assert (out / "final" / "config.json").is_file()
+
+
+def _weights(folder):
+    from safetensors.torch import load_file
+
+    return load_file(folder / "model.safetensors")
+
+
+def _same(a, b) -> bool:
+    import torch
+
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_damaged_in_place_is_set_aside_and_the_final_model_is_the_uninterrupted_one(
+    tiny, rows_file, tmp_path, capfd
+):
+    """Issue 30.1 and 30.3. Random bytes inside the newest checkpoint's weights (same size): the rerun sets it aside
+    with one warning line, resumes from the previous checkpoint and ends with the uninterrupted run's model, bit for
+    bit. A truncated final model at the end of training is rebuilt from the last checkpoint without training past
+    the end (2.5 epochs: transformers resumed such a checkpoint into step 11 of 10)."""
+    from training.sft import train_sft
+
+    cfg = _cfg(epochs=2.5)  # 4 steps per epoch: 10 steps, checkpoints 8 and 10 kept
+    ref = train_sft(cfg, model=str(tiny), data=rows_file, out_dir=tmp_path / "ref")
+    assert ref["steps"] == 10
+    out = tmp_path / "run"
+    shutil.copytree(tmp_path / "ref", out)
+    shutil.rmtree(out / "final")  # killed after its last checkpoint, which was then damaged in place
+    (out / "metrics.json").unlink()
+    weights = out / "checkpoints" / "checkpoint-10" / "model.safetensors"
+    size = weights.stat().st_size
+    with weights.open("r+b") as f:
+        f.seek(size // 2)
+        f.write(bytes(range(7, 7 + 64)))
+    assert weights.stat().st_size == size
+    capfd.readouterr()
+
+    warned: list[str] = []  # what transformers' Trainer warns (its handler may write to an earlier test's stderr)
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warned.append(record.getMessage())
+    logging.getLogger("transformers.trainer").addHandler(handler)
+    try:
+        again = train_sft(cfg, model=str(tiny), data=rows_file, out_dir=out)
+    finally:
+        logging.getLogger("transformers.trainer").removeHandler(handler)
+    err = capfd.readouterr().err
+    damaged = [line for line in err.splitlines() if "damaged" in line]
+    assert len(damaged) == 1 and "checkpoint-10 is damaged" in damaged[0] and "bad-checkpoint-10" in damaged[0]
+    assert not [w for w in warned if "missing keys" in w]  # tied embeddings load once: no warning (issue 30.7)
+    assert again["resumed_from"].endswith("checkpoint-8") and again["steps"] == 10
+    assert _same(_weights(out / "final"), _weights(tmp_path / "ref" / "final"))
+
+    with (out / "final" / "model.safetensors").open("r+b") as f:  # the final model truncated after the run
+        f.truncate(100)
+    third = train_sft(cfg, model=str(tiny), data=rows_file, out_dir=out)
+    assert third["steps"] == 10 and third["resumed_from"].endswith("checkpoint-10")
+    assert not (out / "checkpoints" / "checkpoint-11").exists()
+    assert _same(_weights(out / "final"), _weights(tmp_path / "ref" / "final"))
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 10
 
 
 def test_only_completion_tokens_carry_labels(tiny, rows_file, tmp_path):

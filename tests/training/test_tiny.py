@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import pytest
 
@@ -16,8 +18,14 @@ def test_init_tiny_loads_generates_and_has_card(tmp_path, capsys):
     from training.cli import main
 
     out = tmp_path / "tiny"
-    assert main(["init-tiny", str(out), "--size", "tiny", "--seed", "3", "--json"]) == 0
+    umask = os.umask(0o022)
+    try:
+        assert main(["init-tiny", str(out), "--size", "tiny", "--seed", "3", "--json"]) == 0
+    finally:
+        os.umask(umask)
     printed = json.loads(capsys.readouterr().out)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
+    assert modes["model.safetensors"] == 0o644 and set(modes.values()) == {0o644}  # the umask's, as every file's
     tok = AutoTokenizer.from_pretrained(out)
     model = AutoModelForCausalLM.from_pretrained(out)
     assert printed["parameters"] == sum(p.numel() for p in model.parameters()) < 500_000

@@ -6,6 +6,7 @@ the rest call ``curate.cli.main`` in-process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -112,6 +113,92 @@ def test_an_os_error_on_a_named_path_is_one_line(ws, monkeypatch, capsys):
     assert capsys.readouterr().err.strip() == "error: Permission denied: /data/secret.jsonl"
 
 
+ENOSPC_POLARS = "parquet: File out of specification: underlying IO error: No space left on device (os error 28)"
+
+
+@pytest.mark.parametrize("where", ["polars", "os"])
+def test_a_full_disk_during_curation_is_one_line_and_a_rerun_finishes_the_same(ws, tmp_path, monkeypatch, capsys,
+                                                                                where):  # fmt: skip
+    """Issue 30.2: a full disk was two 90-line tracebacks. polars reports it as a ComputeError naming no file (what
+    it raises on a real full disk), a plain write as ``OSError(ENOSPC)`` without a path: both are one line naming
+    the file; after space is freed the same command finishes as an uninterrupted run does."""
+    import errno
+
+    import polars as pl
+
+    from curate import io
+
+    source = "gen://arith?n=30&seed=0&max_level=1"
+    with monkeypatch.context() as patch:
+        if where == "polars":
+
+            def full(*args, **kwargs):
+                raise pl.exceptions.ComputeError(ENOSPC_POLARS)
+
+            patch.setattr(pl.DataFrame, "write_parquet", full)
+        else:
+
+            def full(path):
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            patch.setattr(io, "_create_temp", full)
+        assert main(["ingest", source, "--pool", "p", "--json"]) == 2  # --json: no progress lines beside the error
+        err = capsys.readouterr().err.strip()
+        assert "Traceback" not in err and len(err.splitlines()) == 1, err
+        assert err.startswith(f"error: No space left on device: {ws.root}") and "free some space" in err
+    # space freed
+    assert main(["ingest", source, "--pool", "p", "--json"]) == 0
+    assert main(["ingest", source, "--pool", "p", "--json", "--home", str(tmp_path / "fresh")]) == 0
+    fresh = io.Workspace(tmp_path / "fresh")
+    assert pl.read_parquet(ws.table("p", "problems")).equals(pl.read_parquet(fresh.table("p", "problems")))
+
+
+@contextlib.contextmanager
+def read_only(folder: Path):
+    """``folder`` read-only for this process, as a user's workspace on a read-only mount: chmod for a user, a
+    read-only bind mount for root (which chmod does not stop); skips where neither works."""
+    if os.geteuid() != 0:
+        modes = {p: p.stat().st_mode for p in [folder, *folder.rglob("*")]}
+        for p in modes:
+            p.chmod(modes[p] & ~0o222)
+        try:
+            yield
+        finally:
+            for p, mode in modes.items():
+                p.chmod(mode)
+        return
+    bind = subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True)
+    if bind.returncode != 0:
+        pytest.skip("root without mount: cannot make a folder read-only")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True, capture_output=True)
+        yield
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_every_command_on_a_read_only_workspace_is_one_line(ws, capsys):
+    """Issue 30.2: 5 of 6 commands, `curate stats` too, failed with a traceback (the lock file cannot be made)."""
+    from training.cli import main as training_main
+
+    assert main(["ingest", "gen://arith?n=20&seed=0&max_level=1", "--pool", "p", "--json"]) == 0
+    capsys.readouterr()
+    commands = [
+        (main, ["stats", "--pool", "p"]), (main, ["score", "--pool", "p", "--no-embeddings"]),
+        (main, ["ingest", "gen://arith?n=5", "--pool", "q"]), (main, ["decontaminate", "--pool", "p"]),
+        (main, ["select", "--pool", "p", "--size", "5", "--name", "s"]),
+        (main, ["run", "--recipe", "datasets/tiny/recipe.yaml"]),
+        (training_main, ["run", "--recipe", "training/recipes/tiny/fastcurl.yaml"]),
+    ]  # fmt: skip
+    with read_only(ws.root):
+        for cli, args in commands:
+            assert cli(args) == 2, args
+            err = capsys.readouterr().err.strip()
+            assert "Traceback" not in err and len(err.splitlines()) == 1, (args, err)
+            assert err.startswith("error: ") and str(ws.root) in err, (args, err)
+    assert main(["show", "p", "--json"]) == 0  # reading needs no write
+
+
 # --------------------------------------------------------------------------------------------------- weak answers
 def test_csv_without_an_answer_column_hints_at_field(ws, tmp_path, capsys):
     src = tmp_path / "q.csv"
@@ -136,6 +223,20 @@ def test_size_above_the_eligible_count_warns(ws, capsys):
 
 
 # --------------------------------------------------------------------------------------------------- progress in logs
+def test_tables_keep_their_width_off_a_terminal():
+    """Issue 30.10: piped or logged, rich cut every table at 80 columns, wrapping its cells over several lines."""
+    from curate.ingest.formats import FORMATS
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    proc = _popen(["curate", "formats"], env)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    rows = out.splitlines()
+    assert max(len(row) for row in rows) > 80
+    for fmt, reads in FORMATS.items():  # each row whole on one line
+        assert any(f" {fmt} " in row and reads in row for row in rows), (fmt, out)
+
+
 def test_progress_prints_rate_and_time_left_when_not_a_terminal(capsys):
     from curate.progress import bar
 

@@ -7,7 +7,10 @@ an ``flock`` on its temp file, as ``write_part`` does), killed with SIGKILL.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -128,6 +131,34 @@ def test_resumed_write_does_not_duplicate(ws):
 
 
 # --------------------------------------------------------------------------------------------------- reads
+def test_a_damaged_part_is_named_with_the_command_that_sets_it_aside(ws, capsys):
+    """Issue 30.2: polars' "File out of specification" named no file and blocked `curate stats`, `curate score` and
+    every run. The error is one line naming the part and a command; once it is run, the counts reconcile without the
+    part's rows."""
+    from curate.cli import main
+
+    assert main(["ingest", "gen://arith?n=6&seed=0&max_level=1", "--pool", POOL, "--json"]) == 0
+    pids = pl.read_parquet(ws.table(POOL, "problems"))[S.PROBLEM_ID].to_list()
+    parts = [ledger.append(ws, POOL, MODEL, rows(pids, step=k), part=f"part-rl-a-step{k:07d}") for k in (1, 2, 3)]
+    raw = bytearray(parts[1].read_bytes())
+    raw[len(raw) // 2 : len(raw) // 2 + 32] = bytes(range(200, 232))  # damaged in place: same size
+    parts[1].write_bytes(bytes(raw))
+    capsys.readouterr()
+
+    for verb in (["stats"], ["score", "--no-embeddings"]):
+        assert main([*verb, "--pool", POOL]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "Traceback" not in err and len(err.splitlines()) == 1, err
+        assert f"ledger part {parts[1]} is damaged" in err
+    command = shlex.split(re.search(r"(mv \S+ \S+)", err).group(1))
+    subprocess.run(command, check=True)  # what the user is told to run
+    assert not parts[1].exists() and parts[1].with_name(f"damaged-{parts[1].name}").is_file()
+
+    assert main(["stats", "--pool", POOL, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["models"][0]["samples"] == ledger.read(ws, POOL, MODEL).height == 2 * len(pids)
+
+
 def test_reads_dedupe_on_the_key_first_file_wins(ws):
     one = rows(["a", "b"]).with_columns(pl.Series(S.SAMPLE_IDX, [0, 0], dtype=pl.Int32))
     ledger.write_part(one, ledger.part_path(ws, POOL, MODEL, "part-r-1-000000"))

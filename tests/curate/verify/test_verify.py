@@ -321,6 +321,43 @@ def test_pool_replaces_dead_and_hung_workers():
         pool.close()
 
 
+CTRL_C = """
+import time
+if __name__ == "__main__":
+    from curate.verify.checker import check_batch
+    check_batch(["\\\\boxed{x^2+2x+1}"], ["(x+1)^2"])  # only math-verify settles it: the worker pool starts
+    try:
+        print("ready", flush=True)
+        time.sleep(120)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        time.sleep(2)  # a caller that cleans up after Ctrl-C: its workers are still there meanwhile
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_the_workers_quiet(tmp_path):
+    """Ctrl-C reaches the whole process group: the checker's workers ignore it and the caller handles it, so the
+    user sees the caller's one line, not a KeyboardInterrupt traceback per worker (issue 30.7: 35 lines)."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "main.py"
+    script.write_text(CTRL_C)
+    repo = Path(verify.__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True, env=env)  # fmt: skip
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert out.strip() == "interrupted", out
+
+
 def test_only_curate_verify_imports_math_verify():
     repo = Path(verify.__file__).resolve().parents[2]
     importers = sorted(
