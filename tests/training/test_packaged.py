@@ -80,3 +80,15 @@ def test_a_recipe_naming_an_unknown_packaged_model_fails_at_load(tmp_path):
     with pytest.raises(ConfigError, match="no packaged model 'smollm3'; known: 'smollm2-135m-instruct'"):
         load_recipe(recipe)
     assert load_recipe(recipe, {"model": "package:smollm2-135m-instruct"}).model == "package:smollm2-135m-instruct"
+
+
+def test_setup_installs_the_version_the_code_converts():
+    """scripts/setup installs each packaged model's distribution at the version ``training.packaged`` names (the
+    install hint and the tests' skip reason quote it), with --no-deps, and the reader its extra names."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    setup = (root / "scripts" / "setup").read_text()
+    for spec in PACKAGED.values():
+        assert f'"{spec.distribution}=={spec.version}"' in setup and "--no-deps" in setup
+    assert '"gguf>=' in (root / "pyproject.toml").read_text() and ".[dev,smollm2]" in setup
