@@ -92,3 +92,21 @@ def test_setup_installs_the_version_the_code_converts():
     for spec in PACKAGED.values():
         assert f'"{spec.distribution}=={spec.version}"' in setup and "--no-deps" in setup
     assert '"gguf>=' in (root / "pyproject.toml").read_text() and ".[dev,smollm2]" in setup
+
+
+def test_the_shipped_recipe_starts_from_the_packaged_model_with_a_pretrained_models_settings():
+    """training/recipes/smollm2-135m/fastcurl.yaml loads (every section checked) and keeps what its comments claim:
+    SFT on re-checked rows first, learning rates 100x below the from-scratch tiny model's, no budget under 256."""
+    from pathlib import Path
+
+    from training.recipe import load_recipe
+
+    root = Path(__file__).resolve().parents[2]
+    r = load_recipe(root / "training" / "recipes" / "smollm2-135m" / "fastcurl.yaml")
+    tiny = load_recipe(root / "training" / "recipes" / "tiny" / "fastcurl.yaml")
+    assert r.model == "package:smollm2-135m-instruct" and r.curate_recipe == "datasets/tiny/recipe.yaml"
+    assert r.sft is not None and r.sft.recheck and r.measure is not None
+    assert r.sft.learning_rate <= tiny.sft.learning_rate / 100 and r.rl.learning_rate <= tiny.rl.learning_rate / 50
+    assert all(s.get("learning_rate", r.rl.learning_rate) <= r.rl.learning_rate for s in r.stages.values())
+    contexts = [8192 * r.scale.context, r.eval.max_new_tokens, r.measure.rollout["max_tokens"], r.sft.max_length]
+    assert min(contexts) >= 256  # FastCuRL's shortest stage (8K) scaled, the evaluation, measure, the SFT rows

@@ -35,8 +35,8 @@ pytestmark = pytest.mark.slow
 NAME = "smollm2-135m-instruct"
 ROOT = Path(__file__).resolve().parents[2]
 EOS = "<|im_end|>"
-# one-operation problems: the instruct model answers them in a few sentences (and sometimes right)
-PROBLEMS = [("Compute $2 + 3$.", "5"), ("Compute $9 - 4$.", "5")]
+# one-operation problems: the instruct model answers them in a few sentences (greedy: 42 and 70 tokens)
+PROBLEMS = [("Compute $4 + 4$.", "8"), ("Compute $2 + 3$.", "5")]
 
 
 @pytest.fixture(scope="module")
@@ -125,13 +125,13 @@ def test_rollout_hf_samples_the_real_model_and_the_checker_judges_its_answers(sm
     source.write_text("".join(json.dumps({"problem": q, "answer": a}) + "\n" for q, a in PROBLEMS))
     home = ["--home", str(ws.root)]
     assert main(["ingest", str(source), "--pool", "real", "--split", "train", *home]) == 0
-    args = ["rollout", "--pool", "real", "--backend", "hf", "--model", str(folder), "--n", "2", "--max-tokens", "96",
-            "--temperature", "0.6", "--batch-size", "4", "--threads", "1", *home]  # fmt: skip
+    args = ["rollout", "--pool", "real", "--backend", "hf", "--model", str(folder), "--n", "1", "--max-tokens", "96",
+            "--temperature", "0", "--batch-size", "2", "--threads", "1", *home]  # fmt: skip
     assert main(args) == 0
 
     rows = ledger.read(ws, "real", str(folder))
     golds = {S.problem_id(q): a for q, a in PROBLEMS}
-    assert rows.height == 4 and set(rows[S.PROBLEM_ID]) == set(golds)
+    assert rows.height == 2 and set(rows[S.PROBLEM_ID]) == set(golds)
     assert rows[S.VERDICT].to_list() == _rejudge(rows, golds)  # the checker's verdicts on the real output
     assert set(rows[S.VERDICT]) <= {"correct", "wrong", "no_answer", "unparseable", "truncated"}
     stopped = rows.filter(pl.col(S.FINISH_REASON) == "stop")
