@@ -225,7 +225,7 @@ def test_the_recipe_runs_end_to_end_cut_to_one_step_of_each_kind(smol, capsys):
     assert all(isinstance(s["pass_at_1"], float) and s["n_problems"] == 2 for s in chain["steps"])
     assert chain["steps"][0]["model"] == str(folder) and (folder / "files.json").stat().st_mtime_ns == files
     sft = json.loads((run / "sft" / "metrics.json").read_text())
-    assert sft["steps"] == 1 and sft["rows_trained"] + sum(sft["dropped"].values()) == sft["rows"]
+    assert 1 <= sft["steps"] <= 3 and sft["rows_trained"] + sum(sft["dropped"].values()) == sft["rows"]
     assert set(sft["dropped"]) <= {"too_long", "wrong_answer"}
     stage = json.loads((run / "rl" / "01-stage1" / "config.json").read_text())
     assert stage["rl"]["loss_type"] == "cispo" and stage["rl"]["learning_rate"] == 2e-6
