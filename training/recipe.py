@@ -27,6 +27,7 @@ from curate import io
 from curate.config import apply_overrides, from_mapping, read_yaml, unknown_key_error
 from curate.errors import ConfigError
 from training.evaluate import EvalConfig
+from training.packaged import packaged_name
 from training.redistill import RedistillConfig
 from training.rl import RLConfig, load_rl_config
 from training.scaling import FitConfig
@@ -167,10 +168,11 @@ class RunRecipe:
     """A training recipe. Unknown keys fail at load time, in every section.
 
     name: run name (folder ``runs/<name>``). pool: the workspace pool (held-out problems, ledger of training
-    rollouts). model: ``tiny`` (built from scratch, ``tiny`` section = ``training.tiny.TinyConfig``), a local
-    folder or a hub name. curate_recipe: a curation recipe run first (skip-if-done). curriculum: a curriculum
-    folder name (``curate curriculum --name``); or train: one prompt file for a single RL stage (neither: an
-    SFT-only run, e.g. a baseline that spends RL's compute on more SFT). sft: SFT on
+    rollouts). model: ``tiny`` (built from scratch, ``tiny`` section = ``training.tiny.TinyConfig``),
+    ``package:<name>`` (a model shipped in a PyPI package, ``training.packaged``), a local folder or a hub name.
+    curate_recipe: a curation recipe run first (skip-if-done). curriculum: a curriculum folder name
+    (``curate curriculum --name``); or train: one prompt file for a single RL stage (neither: an SFT-only run, e.g.
+    a baseline that spends RL's compute on more SFT). sft: SFT on
     verified solutions (``SFTSection``). rl: the ``RLConfig`` every stage starts from; plan_fields / scale /
     stages: how the plan's settings and per-stage overrides (``stages.<name>``: any ``rl`` key) apply
     (``training.plan``). redistill: re-distil the starting model on the last stage's correct rollouts. fit:
@@ -204,6 +206,7 @@ class RunRecipe:
     launch: list[str] | None = None
 
     def __post_init__(self) -> None:
+        packaged_name(self.model)  # ``package:<name>``: a known packaged model (``training.packaged``), now
         if self.curriculum and self.train:
             raise ConfigError("recipe: give one of `curriculum` (a plan) or `train` (one prompt file), not both")
         if not (self.curriculum or self.train or self.sft):

@@ -4,9 +4,10 @@ The chain, one public function per step, each skipped when its output is already
 
 1. ``curation`` (optional ``curate_recipe``): the ``curate run`` stages, skipped when up to date (manifests), and
    not run again once the run has started training (``curation_pinned``: the run's data stays what it trained on);
-2. ``init_model``: ``tiny`` builds a small from-scratch model for the built-in task (``training.tiny``), anything
-   else is a local folder or a hub name; the run copies its SFT rows and curriculum into ``data/`` (``pin_data``):
-   from here on it trains on its own copies;
+2. ``init_model``: ``tiny`` builds a small from-scratch model for the built-in task (``training.tiny``),
+   ``package:<name>`` converts a model shipped in a PyPI package once into the workspace (``training.packaged``),
+   anything else is a local folder or a hub name; the run copies its SFT rows and curriculum into ``data/``
+   (``pin_data``): from here on it trains on its own copies;
 3. ``sft`` (optional ``sft``) on solutions (``curate solutions``' ``sft.parquet``);
 3b. ``measure`` (optional ``measure``): the SFT model's own pass rates over the RL candidates (``curate rollout``,
    ``score``, ``select``, ``curriculum``), the RL curriculum built from them and pinned;
@@ -87,6 +88,7 @@ from training.chain import (
     stamp_lineage,
 )
 from training.coscale import coscale_measure, coscale_sft, coscale_solutions, coscale_stages
+from training.packaged import model_folder, packaged_name
 from training.plan import StagePlan, rl_step_name
 from training.recipe import RunRecipe, resolve_path
 
@@ -236,7 +238,8 @@ def curation(run: Run) -> list[dict[str, Any]]:
 
 
 def init_model(run: Run) -> ChainState:
-    """The starting model: built (``tiny``, skipped when its card exists) or resolved (folder / hub name)."""
+    """The starting model: built (``tiny``, skipped when its card exists), converted (``package:<name>``, cached
+    in the workspace) or resolved (folder / hub name)."""
     recipe = run.recipe
     # from here on the run reads only its own copies of the SFT rows and the curriculum (``measure`` builds the
     # curriculum after SFT and pins it then)
@@ -251,6 +254,8 @@ def init_model(run: Run) -> ChainState:
         if not (init_dir / CARD).is_file():
             init_tiny(init_dir, recipe.tiny)
         model = str(init_dir)
+    elif packaged_name(recipe.model):  # a model shipped in a PyPI package, converted once into the workspace cache
+        model = str(model_folder(run.ws, packaged_name(recipe.model)))
     else:
         model = start_model(run)
     pending = None
