@@ -46,7 +46,7 @@ from training import run_folder
 QUARANTINE = "quarantine.parquet"
 METRICS = "metrics.json"
 RUN = "run.json"
-TOO_LONG, MALFORMED, WRONG = "too_long", "malformed", "wrong_answer"
+TOO_LONG, MALFORMED = "too_long", "malformed"
 
 
 @dataclass(frozen=True)
@@ -64,10 +64,6 @@ class SFTRunConfig:
     available (TRL turns both on even on CPU, where they only slow a small model down). torch_threads: CPU threads
     (None: torch's default; 1 is often faster for tiny models on a busy machine). report_to: ``none``, ``wandb``,
     ``tensorboard``, ... logging_steps: train-loss logging interval (the first step is always logged).
-    recheck: train only on rows whose completion the answer checker (``curate.verify``) finds correct against the
-    row's ``answer`` column; the others go to the quarantine as ``wrong_answer``. For a table exported without
-    ``curate solutions``' own re-check (``solutions.recheck: false``) when the model must see only verified
-    solutions (``training/recipes/smollm2-135m``).
     """
 
     model: str = ""
@@ -90,7 +86,6 @@ class SFTRunConfig:
     torch_threads: int | None = None
     logging_steps: int = 10
     report_to: str = "none"
-    recheck: bool = False
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0 or self.epochs <= 0 or (self.max_steps is not None and self.max_steps < 1):
@@ -170,24 +165,6 @@ def split_rows(df: pl.DataFrame, tokenizer: Any, max_length: int) -> tuple[pl.Da
     dropped = tagged.filter(pl.col(S.DROP_REASON).is_not_null())
     kept = tagged.filter(pl.col(S.DROP_REASON).is_null()).drop(S.DROP_REASON, S.DETAIL, "tokens")
     return kept, dropped
-
-
-def recheck_rows(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(kept, quarantined) rows: kept when the checker finds the completion's answer correct against ``answer``
-    (``SFTRunConfig.recheck``); quarantined rows get ``drop_reason = "wrong_answer"`` and the verdict as detail."""
-    from curate import verify
-
-    if S.ANSWER not in df.columns:
-        raise InputError(f"sft.recheck needs the gold `{S.ANSWER}` column beside the rows; have {df.columns}")
-    texts = [r[-1]["content"] for r in df["completion"].to_list()]
-    verdicts = verify.check_batch(texts, df[S.ANSWER].to_list())
-    tagged = df.with_columns(
-        pl.Series(S.DROP_REASON, [None if v.correct else WRONG for v in verdicts], pl.String),
-        pl.Series(S.DETAIL, [None if v.correct else f"{v.verdict}: {v.extracted}" for v in verdicts], pl.String),
-    )
-    return tagged.filter(pl.col(S.DROP_REASON).is_null()).drop(S.DROP_REASON, S.DETAIL), tagged.filter(
-        pl.col(S.DROP_REASON).is_not_null()
-    )
 
 
 # --------------------------------------------------------------------------------------------------- run state
@@ -347,9 +324,6 @@ def train_sft(
     if df.height == 0:
         raise InputError(f"SFT data {data} has no rows")
     kept, dropped = split_rows(df, tokenizer, cfg.max_length)
-    if cfg.recheck:
-        kept, wrong = recheck_rows(kept)
-        dropped = pl.concat([dropped, wrong], how="diagonal_relaxed")
     if main:
         io.write_parquet(dropped, out_dir / QUARANTINE)
     if kept.height == 0:

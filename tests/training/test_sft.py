@@ -224,31 +224,3 @@ def test_config_is_strict():
         load_config({"learning_rat": 1e-4})
     with pytest.raises(ConfigError):
         load_config({"epochs": 0})
-
-
-def test_recheck_trains_only_on_rows_the_checker_confirms(tiny, tmp_path):
-    """``recheck: true``: rows whose boxed answer the checker finds wrong (a teacher's slip) go to the quarantine as
-    ``wrong_answer`` with the verdict; only the confirmed rows are trained on, and the card counts the drops."""
-    import re
-
-    from curate.ingest.generate import generate
-    from curate.prompts import sft_row
-    from training.card import read_lineage
-    from training.sft import train_sft
-
-    problems = list(generate(8, seed=3, family="arith", min_level=1, max_level=1))
-    rows = []
-    for i, p in enumerate(problems):
-        solution = p["solution"]
-        if i % 2:  # the boxed answer one off: what the checker must catch
-            solution = re.sub(r"\\boxed\{([^}]*)\}", lambda m: f"\\boxed{{{int(m[1]) + 1}}}", solution)
-        rows.append({**sft_row(p["problem"], solution), "problem_id": f"p{i}", "answer": p["answer"]})
-    data = tmp_path / "sft.parquet"
-    pl.DataFrame(rows).write_parquet(data)
-
-    metrics = train_sft(_cfg(recheck=True, epochs=1.0), model=str(tiny), data=data, out_dir=tmp_path / "run")
-    assert metrics["rows"] == 8 and metrics["rows_trained"] == 4 and metrics["dropped"] == {"wrong_answer": 4}
-    q = pl.read_parquet(tmp_path / "run" / "quarantine.parquet")
-    assert sorted(q["problem_id"]) == ["p1", "p3", "p5", "p7"] and set(q["drop_reason"]) == {"wrong_answer"}
-    assert q["detail"].str.starts_with("wrong: ").all()
-    assert read_lineage(tmp_path / "run" / "final")["data"]["dropped"] == {"wrong_answer": 4}
