@@ -39,6 +39,7 @@ import json
 import math
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -49,6 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 CURATED, RAW = "training/recipes/tiny/fastcurl.yaml", "training/recipes/tiny/raw.yaml"
 RFT_RECIPE = "datasets/tiny/rft.yaml"
+NO_SAMPLES = 3  # the rft arm's exit code when the SFT model has no verified sample to fine-tune on
 ARMS = ("curated", "raw", "sftmore", "rft")
 BASELINE_LR = 5.0e-4  # continuing SFT from a trained model: a quarter of the first SFT's peak (validation: README)
 _STEP = re.compile(r"^(Add|Subtract|Multiply by) \$", re.MULTILINE)
@@ -82,15 +84,15 @@ def baseline_steps(home: Path, seed: int) -> int:
 def measured(home: Path, seed: int) -> tuple[str, str]:
     """The curated run's ``measure``: the ledger model its rollouts went to, and the selection it made."""
     note = json.loads((run_dir(home, "curated", seed) / "chain.json").read_text())["notes"]["measure"][0]
-    return note["model"], note["curriculum"]
+    return note["model"], note["select"]["selection"]
 
 
-EXTRA: dict[str, list[str]] = {"all": [], "raw": []}  # --set / --raw-set items (a shortened grid: the test)
+EXTRA: dict[str, list[str]] = {"all": [], "raw": [], "curated": []}  # --set / --raw-set / --curated-set items
 
 
 def commands(arm: str, home: Path, seed: int) -> list[list[str]]:
     """The CLI commands of one arm at one seed (what a user types to rerun it)."""
-    extra = EXTRA["all"] + (EXTRA["raw"] if arm == "raw" else [])
+    extra = EXTRA["all"] + EXTRA.get(arm, [])
     out = ["--home", str(home), "--out", str(run_dir(home, arm, seed)), "--json", "--set", f"seed={seed}"]
     out += [x for item in extra for x in ("--set", item)]
     py = [sys.executable, "-m"]
@@ -104,9 +106,12 @@ def commands(arm: str, home: Path, seed: int) -> list[list[str]]:
     if arm == "rft":
         model, selection = measured(home, seed)
         data = str(home / "solutions" / f"rft-seed{seed}" / "sft.parquet")
-        cmds.append([*py, "curate.cli", "run", "--recipe", RFT_RECIPE, "--home", str(home), "--set",
+        curate = str(Path(sys.executable).with_name("curate"))  # the environment's `curate` command
+        cmds.append([curate, "run", "--recipe", RFT_RECIPE, "--home", str(home), "--set",
                      f"solutions.models=[{model}]", "--set", f"solutions.selection={selection}", "--set",
                      f"solutions.name=rft-seed{seed}"])  # fmt: skip
+        check = f"import polars as pl, sys; sys.exit(0 if pl.read_parquet({data!r}).height else {NO_SAMPLES})"
+        cmds.append([sys.executable, "-c", check])  # a model that solved nothing leaves nothing to fine-tune on
     sets = [f"model={base / 'sft' / 'final'}", f"sft.data={data}", f"sft.max_steps={baseline_steps(home, seed)}",
             f"sft.learning_rate={BASELINE_LR}", "curriculum=null", "measure=null", "curate_recipe=null",
             f"name=tiny-{arm}"]  # fmt: skip
@@ -121,7 +126,7 @@ def launch(arm: str, home: Path, seed: int) -> subprocess.Popen:
     cmds = commands(arm, home, seed)
     for cmd in cmds:
         print(f"[{time.strftime('%H:%M:%S')}] {arm} seed {seed}: python " + " ".join(cmd[1:]), flush=True)
-    script = " && ".join(" ".join(f"'{c}'" for c in cmd) for cmd in cmds)
+    script = " && ".join(shlex.join(cmd) for cmd in cmds)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     log = open(logs / f"{arm}-seed{seed}.log", "w")  # noqa: SIM115 (the child holds it)
     return subprocess.Popen(["bash", "-c", script], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -148,7 +153,9 @@ def run_all(home: Path, arms: list[str], seeds: list[int], jobs: int) -> dict[st
         cpu[f"{a}-seed{s}"] = usage.ru_utime + usage.ru_stime
         print(f"[{time.strftime('%H:%M:%S')}] {a} seed {s}: exit {code}, {(time.perf_counter() - t0) / 60:.1f} min "
               f"wall, {cpu[f'{a}-seed{s}'] / 60:.1f} CPU-min, load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
-        if code:
+        if a == "rft" and code == NO_SAMPLES:
+            print("    the SFT model has no verified sample on the RL prompts: nothing to fine-tune on")
+        elif code:
             print(f"    see {home}/logs/{a}-seed{s}.log")
             if a == "curated":
                 todo = [(x, y) for x, y in todo if y != s or x == "raw"]
@@ -156,11 +163,14 @@ def run_all(home: Path, arms: list[str], seeds: list[int], jobs: int) -> dict[st
 
 
 # --------------------------------------------------------------------------------------------------- the tables
-def table(home: Path, arm: str, seed: int, step: str, temperature: float | None = None) -> Any:
+def table(home: Path, arm: str, seed: int, step: str | None, temperature: float | None = None) -> Any:
     """A chain step's per-problem held-out table (``training.runner.eval_file``), or None."""
     import polars as pl
 
     from training.runner import EVALS, eval_file
+
+    if step is None:
+        return None
 
     path = run_dir(home, arm, seed) / EVALS / eval_file(step, temperature)
     return pl.read_parquet(path) if path.is_file() else None
@@ -241,11 +251,14 @@ def paired(ta: Any, tb: Any, keep: set[str] | None = None) -> dict[str, Any] | N
         return None
     if keep is not None:
         ta, tb = (t.filter(pl.col("problem_id").is_in(list(keep))) for t in (ta, tb))
-    return paired_gain(ta, tb)
+    try:
+        return paired_gain(ta, tb)
+    except ValueError:  # fewer than two problems scored by both (a small subset)
+        return None
 
 
 COMPARISONS = (  # (name, arm a, point a, arm b, point b): a minus b, paired per seed
-    ("curated - raw, equal RL steps (40)", "curated", "end", "raw", "at40"),
+    ("curated - raw, equal RL steps", "curated", "end", "raw", "same_steps"),
     ("curated - raw, equal rollouts (raw 60 = 40 + measure)", "curated", "end", "raw", "end"),
     ("curated SFT - raw SFT (verified traces vs all)", "curated", "sft", "raw", "sft"),
     ("curated RL - its SFT", "curated", "end", "curated", "sft"),
@@ -263,7 +276,7 @@ def curve(home: Path, arm: str, seed: int) -> list[tuple[float, float, float]]:
     from training.runner import checkpoint_eval
 
     s, d = summary(home, arm, seed), run_dir(home, arm, seed)
-    note = json.loads((d / "chain.json").read_text())["notes"].get("measure") or [{}]
+    note = json.loads((d / "chain.json").read_text()).get("notes", {}).get("measure") or [{}]
     start_rollouts = float((note[0].get("rollout") or {}).get("samples_generated", 0) or 0)
     start_cpu = step_cpu(s, "measure")
     sft = rate(table(home, arm, seed, "sft"))
@@ -314,14 +327,23 @@ def arm_row(home: Path, arm: str, seed: int, test: Any) -> dict[str, Any]:
     return row
 
 
+def point(home: Path, arm: str, seed: int, name: str) -> str | None:
+    """A named point's chain step (``steps_of``); ``same_steps``: the arm after as many RL steps as the seed's
+    curated arm took in all (None when it was not evaluated there)."""
+    if name == "same_steps":
+        chain = json.loads((run_dir(home, "curated", seed) / "chain.json").read_text())["steps"]
+        name = f"at{sum(r['rl_steps'] for r in chain if 'rl_steps' in r)}"
+    return steps_of(home, arm, seed).get(name)
+
+
 def compare(home: Path, seeds: list[int], keep: set[str] | None = None, temperature: float | None = None) -> dict:
     out = {}
     for name, a, pa, b, pb in COMPARISONS:
         gains = {}
         for seed in seeds:
             if finished(home, a, seed) and finished(home, b, seed):
-                ta = table(home, a, seed, steps_of(home, a, seed)[pa], temperature)
-                tb = table(home, b, seed, steps_of(home, b, seed)[pb], temperature)
+                ta = table(home, a, seed, point(home, a, seed, pa), temperature)
+                tb = table(home, b, seed, point(home, b, seed, pb), temperature)
                 g = paired(ta, tb, keep)
                 if g is not None:
                     gains[seed] = g
@@ -393,8 +415,9 @@ def main() -> None:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE for every training run (a shorter grid)")
     ap.add_argument("--raw-set", action="append", default=[], help="KEY=VALUE for the raw arm's training run only")
+    ap.add_argument("--curated-set", action="append", default=[], help="KEY=VALUE for the curated arm's run only")
     args = ap.parse_args()
-    EXTRA["all"], EXTRA["raw"] = args.set, args.raw_set
+    EXTRA.update(all=args.set, raw=args.raw_set, curated=args.curated_set)
     home = Path(args.home).resolve()
     home.mkdir(parents=True, exist_ok=True)
     cpu_file = home / "cpu.json"
