@@ -295,21 +295,21 @@ def curve(home: Path, arm: str, seed: int) -> list[tuple[float, float, float]]:
     return sorted(pts)
 
 
-def to_target(home: Path, seed: int) -> dict[str, Any] | None:
-    """Rollouts and CPU-seconds the curated arm needed to reach the raw arm's final held-out pass@1 (linear between
-    evaluations), against raw's own; None if a run is missing."""
-    if not (finished(home, "curated", seed) and finished(home, "raw", seed)):
+def to_target(home: Path, seed: int, arm: str = "curated", target: str = "raw") -> dict[str, Any] | None:
+    """Rollouts and CPU-seconds ``arm`` needed to reach ``target``'s final held-out pass@1 (linear between
+    evaluations; a run's ``measure`` counted first), against the target's own; None if a run is missing."""
+    if not (finished(home, arm, seed) and finished(home, target, seed)):
         return None
-    raw, cur = curve(home, "raw", seed), curve(home, "curated", seed)
-    target = raw[-1][2]
-    out: dict[str, Any] = {"target": target, "raw_rollouts": raw[-1][0], "raw_cpu_s": raw[-1][1]}
-    for (x0, c0, y0), (x1, c1, y1) in itertools.pairwise(cur):
-        if y1 >= target:
-            f = 0.0 if y1 == y0 or y0 >= target else (target - y0) / (y1 - y0)
+    goal, mine = curve(home, target, seed), curve(home, arm, seed)
+    out: dict[str, Any] = {"target": goal[-1][2], "target_rollouts": goal[-1][0], "target_cpu_s": goal[-1][1]}
+    for (x0, c0, y0), (x1, c1, y1) in itertools.pairwise(mine):
+        if y1 >= out["target"]:
+            f = 0.0 if y1 == y0 or y0 >= out["target"] else (out["target"] - y0) / (y1 - y0)
             out.update(rollouts=x0 + f * (x1 - x0), cpu_s=c0 + f * (c1 - c0))
-            out.update(rollout_ratio=out["rollouts"] / out["raw_rollouts"], cpu_ratio=out["cpu_s"] / out["raw_cpu_s"])
-            return out
-    return {**out, "rollouts": None, "best": max(y for _, _, y in cur)}
+            ratio = out["rollouts"] / out["target_rollouts"] if out["target_rollouts"] else None
+            cpu_ratio = out["cpu_s"] / out["target_cpu_s"] if out["target_cpu_s"] else None
+            return {**out, "rollout_ratio": ratio, "cpu_ratio": cpu_ratio}
+    return {**out, "rollouts": None, "best": max(y for _, _, y in mine)}
 
 
 def arm_row(home: Path, arm: str, seed: int, test: Any) -> dict[str, Any]:
@@ -393,9 +393,9 @@ def report(home: Path, seeds: list[int], cpu: dict[str, float]) -> dict[str, Any
         if t.get("rollouts") is None:
             print(f"seed {seed}: raw {t['target']:.3f} not reached (curated's best {t['best']:.3f})")
         else:
-            print(f"seed {seed}: raw {t['target']:.3f} at {t['raw_rollouts']:.0f} rollouts, {t['raw_cpu_s']:.0f} "
-                  f"CPU-s; curated at {t['rollouts']:.0f} rollouts ({t['rollout_ratio']:.2f}x), {t['cpu_s']:.0f} "
-                  f"CPU-s ({t['cpu_ratio']:.2f}x)")  # fmt: skip
+            print(f"seed {seed}: raw {t['target']:.3f} at {t['target_rollouts']:.0f} rollouts, "
+                  f"{t['target_cpu_s']:.0f} CPU-s; curated at {t['rollouts']:.0f} rollouts "
+                  f"({t['rollout_ratio']:.2f}x), {t['cpu_s']:.0f} CPU-s ({t['cpu_ratio']:.2f}x)")  # fmt: skip
     print("\n== modes at T=0.6: share of samples that finish the chain (one step per operation), accuracy among them")
     for key, r in rows.items():
         before, after = r.get("modes_sft") or {}, r.get("modes_end") or {}
