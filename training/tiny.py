@@ -13,6 +13,8 @@ chat template is ChatML (``<|im_start|>role\ncontent<|im_end|>\n``); ``<|im_end|
 Sizes (parameters with the ~590-token vocabulary the default corpus yields; embeddings tied):
 
 - ``tiny``: 2 layers, hidden 64 (about 0.16M): for tests, learns little;
+- ``medium``: 6 layers, hidden 192 (about 3.4M): the built-in chain on a GPU (bench/README.md), ~5x ``small``'s
+  cost per token;
 - ``small``: 4 layers, hidden 96 (0.61M): the built-in chain's model. Chosen by measurement (issue 13): at equal
   compute it learned level-1 arithmetic better than a 128-wide model (1.06M) or a 2-layer one. ``SMALL_SFT`` below
   (2,000 reference solutions of ``gen://arith?max_level=1``, 4 epochs = 1,000 steps of 8) took held-out pass rate
@@ -61,6 +63,8 @@ SIZES = {
                      num_key_value_heads=2),
     "small": TinySize(hidden_size=96, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
                       num_key_value_heads=2),
+    "medium": TinySize(hidden_size=192, intermediate_size=768, num_hidden_layers=6, num_attention_heads=6,
+                       num_key_value_heads=2),
 }  # fmt: skip
 
 
