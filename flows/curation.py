@@ -305,9 +305,12 @@ EPHEMERAL_APP = "prefect.server.api.server:create_app"  # what Prefect's tempora
 def reap_orphaned_servers(proc: Path = Path("/proc")) -> list[int]:
     """Stop temporary Prefect API servers whose flow process was killed (SIGKILL leaves them listening; see
     ``exit_on_sigterm``): processes of this user running Prefect's ephemeral server app (``PREFECT__SERVER_EPHEMERAL``
-    in their environment) whose parent is gone (re-parented to init, or to a non-Python subreaper). A live flow's
-    server, whose parent is that flow's Python process, is never touched. Called when a flow starts from the command
-    line; Linux only (elsewhere: ``pkill -f prefect.server.api.server``). Returns the pids it stopped."""
+    in their environment) whose parent is gone. Prefect starts that server with the flow's own interpreter
+    (``sys.executable``), so while the flow lives the server's parent runs the same executable as the server,
+    whatever the process is called (``python``, ``ipython``, ``pytest``, a Jupyter kernel); once the flow is dead the
+    server belongs to init or to a subreaper, which runs another program. Only those orphans are stopped; a server
+    whose parent cannot be read is left alone. Called when a flow starts from the command line; Linux only
+    (elsewhere: ``pkill -f prefect.server.api.server``). Returns the pids it stopped."""
     import signal
 
     if not (proc / "self").exists():
@@ -325,8 +328,7 @@ def reap_orphaned_servers(proc: Path = Path("/proc")) -> list[int]:
             if b"PREFECT__SERVER_EPHEMERAL=1" not in (entry / "environ").read_bytes().split(b"\0"):
                 continue
             ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            parent = (proc / str(ppid) / "comm").read_text().strip() if ppid > 1 else "init"
-            if ppid > 1 and parent.startswith("python"):
+            if not _orphaned(proc, entry, ppid):
                 continue  # its flow is alive
             os.kill(int(entry.name), signal.SIGTERM)
             stopped.append(int(entry.name))
@@ -337,6 +339,23 @@ def reap_orphaned_servers(proc: Path = Path("/proc")) -> list[int]:
 
         log(f"stopped {len(stopped)} temporary Prefect server(s) left by killed flow runs: pids {stopped}")
     return stopped
+
+
+def _orphaned(proc: Path, server: Path, ppid: int) -> bool:
+    """Whether a temporary server's flow is gone: its parent is init, another user's process, or a process running
+    another program than the server's interpreter (a subreaper). Raises ``OSError`` when the server's own
+    executable cannot be read (then nothing is decided)."""
+    if ppid <= 1:
+        return True
+    own = os.readlink(server / "exe").removesuffix(" (deleted)")  # an interpreter upgraded while it runs
+    try:
+        if (proc / str(ppid)).stat().st_uid != os.getuid():
+            return True
+        return os.readlink(proc / str(ppid) / "exe").removesuffix(" (deleted)") != own
+    except PermissionError:
+        return True  # a parent we may not read is not our flow
+    except FileNotFoundError:
+        return False  # the parent exited just now: decide at the next start
 
 
 @contextlib.contextmanager
