@@ -2,7 +2,7 @@
 
 - ``PREFECT_HOME`` points at a temporary folder before Prefect is imported, and analytics are off (ENV.md §8).
 - ``prefect_harness``: ``prefect_test_harness`` (real Prefect API on a temporary SQLite database), entered once per
-  session because it costs ~15 s.
+  session because it costs ~15 s (up to ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS`` on a loaded box).
 - ``write_recipe``: a recipe YAML over the built-in generator with the registered stages that can run here.
 """
 
@@ -39,7 +39,9 @@ def prefect_harness():
 
     with (
         temporary_settings(updates={PREFECT_HOME: os.environ["PREFECT_HOME"]}),
-        prefect_test_harness(server_startup_timeout=120),
+        prefect_test_harness(
+            server_startup_timeout=int(os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"])
+        ),
         get_client(sync_client=True) as client,
     ):
         yield client

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from pathlib import Path
 
 import polars as pl
@@ -255,3 +256,27 @@ def test_the_deploy_step_requires_an_api_server():
         require_api_server()
     with temporary_settings(updates={PREFECT_API_URL: "http://127.0.0.1:4200/api"}):
         assert require_api_server() == {"api_url": "http://127.0.0.1:4200/api"}
+
+
+@pytest.mark.slow  # two interpreters importing prefect
+def test_env_sh_gives_the_temporary_prefect_server_time_to_start_on_a_busy_box():
+    """``source scripts/env.sh`` raises Prefect's 20 s start-up limit of its temporary API server, under the name
+    prefect 3.7.7 reads (a flow without a server failed with "Timed out while attempting to connect to ephemeral
+    Prefect API server" at load 12-30, issue 30.9); a value the user set is kept."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).parents[2]
+    probe = (
+        "from prefect.settings import get_current_settings as s; print(s().server.ephemeral.startup_timeout_seconds)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"}
+
+    def seconds(extra: dict[str, str]) -> int:
+        cmd = f"source scripts/env.sh && {sys.executable} -c '{probe}'"
+        done = subprocess.run(["bash", "-c", cmd], cwd=repo, env={**env, **extra}, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout.strip())
+
+    assert seconds({}) >= 300
+    assert seconds({"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "45"}) == 45

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.flows.test_server import BIN, POOL, REPO, _client, _wait_for, server  # noqa: F401 (server: fixture)
+from tests.flows.test_server import BIN, POOL, REPO, _client, _wait_for, patience, server  # noqa: F401 (server: fixture)
 
 
 DISASSEMBLY = re.compile(r"\b(RESUME|LOAD_GLOBAL|LOAD_CONST|RETURN_VALUE|LOAD_FAST)\b")
@@ -42,7 +42,7 @@ def test_select_task_logs_have_no_bytecode_disassembly(prefect_harness, write_re
     state = curate_dataset(recipe_path=str(recipe), home=str(tmp_path / "ws"), return_state=True)
     assert state.is_completed(), state.message
     assert (tmp_path / "ws" / "selections" / "logs" / "hf").is_dir()  # the save_to_disk that used to print
-    APILogWorker.drain_all(timeout=30)
+    APILogWorker.drain_all(timeout=patience(30))
     flow_run_id = state.state_details.flow_run_id
     logs = prefect_harness.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
     messages = [log.message for log in logs]
@@ -54,12 +54,12 @@ def test_select_task_logs_have_no_bytecode_disassembly(prefect_harness, write_re
 def test_serve_after_deploy_all_runs_complete(server, write_recipe, tmp_path):  # noqa: F811
     url, stack = server
     prefect = str(BIN / "prefect")
-    made = stack.run([prefect, "work-pool", "create", POOL, "--type", "process"], timeout=120)
+    made = stack.run([prefect, "work-pool", "create", POOL, "--type", "process"], timeout=patience(120))
     assert made.returncode == 0 or "already exists" in made.stdout + made.stderr, made.stdout + made.stderr
-    gpu = stack.run([prefect, "work-pool", "create", "training-gpu", "--type", "process"], timeout=120)
+    gpu = stack.run([prefect, "work-pool", "create", "training-gpu", "--type", "process"], timeout=patience(120))
     assert gpu.returncode == 0 or "already exists" in gpu.stdout + gpu.stderr, gpu.stdout + gpu.stderr
     deployed = stack.run(
-        [prefect, "--no-prompt", "deploy", "--all"], timeout=240, cwd=REPO, extra_env={"PWD": str(REPO)}
+        [prefect, "--no-prompt", "deploy", "--all"], timeout=patience(240), cwd=REPO, extra_env={"PWD": str(REPO)}
     )
     assert deployed.returncode == 0, deployed.stdout + deployed.stderr
     with _client(url) as client:
@@ -76,12 +76,14 @@ def test_serve_after_deploy_all_runs_complete(server, write_recipe, tmp_path):  
                 deployment = client.read_deployment_by_name("curate-dataset/demo-nightly")
                 return deployment.parameters.get("recipe_path") == str(recipe) and deployment
 
-        nightly = _wait_for(taken_over, 120, "flows.serve taking the deployments over")
+        nightly = _wait_for(taken_over, patience(120), "flows.serve taking the deployments over")
         assert nightly.work_pool_name is None  # now served by the process, not by a worker
         assert not nightly.pull_steps  # no `set_working_directory` left over from the yaml
         run = client.create_flow_run_from_deployment(nightly.id, parameters={"home": str(tmp_path / "ws")})
         final = _wait_for(
-            lambda: (fr := client.read_flow_run(run.id)).state.is_final() and fr, 180, "the served run finishing"
+            lambda: (fr := client.read_flow_run(run.id)).state.is_final() and fr,
+            patience(180),
+            "the served run finishing",
         )
     log = serving.log_path.read_text(errors="replace")
     assert final.state.is_completed(), log[-3000:]
@@ -110,7 +112,6 @@ def test_sigterm_of_flows_curation_stops_the_temporary_api_server(tmp_path):
     env = {
         **os.environ,
         "PREFECT_HOME": str(tmp_path / "prefect-home"),
-        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("PREFECT_API_URL", None)
@@ -122,7 +123,11 @@ def test_sigterm_of_flows_curation_stops_the_temporary_api_server(tmp_path):
         )  # fmt: skip
         children: list[int] = []
         try:
-            _wait_for(lambda: "Beginning flow run" in log_path.read_text(errors="replace"), 240, "the flow starting")
+            _wait_for(
+                lambda: "Beginning flow run" in log_path.read_text(errors="replace"),
+                patience(240),
+                "the flow starting",
+            )
             children = _children(proc.pid)
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)

@@ -29,7 +29,7 @@ import polars as pl
 import pytest
 import yaml
 
-from tests.flows.test_server import BIN, POOL, REPO, _client, _wait_for, server  # noqa: F401 (server: fixture)
+from tests.flows.test_server import BIN, POOL, REPO, _client, _wait_for, patience, server  # noqa: F401 (server: fixture)
 from tests.tiny_chain import write_tiny_chain
 
 
@@ -122,7 +122,7 @@ def test_a_failed_step_fails_the_run_and_publishes_what_finished(server, tmp_pat
     url, _ = server
     with temporary_settings(updates={PREFECT_API_URL: url}):  # in this process, against the test's server
         state = train_chain(recipe_path=str(recipe), home=str(home), return_state=True)
-        APILogWorker.drain_all(timeout=30)  # the run's logs reach the server before it stops
+        APILogWorker.drain_all(timeout=patience(30))  # the run's logs reach the server before it stops
     assert state.is_failed() and "training step sft" in state.message
     with _client(url) as client:
         found = client.read_artifacts(
@@ -135,6 +135,7 @@ def test_a_failed_step_fails_the_run_and_publishes_what_finished(server, tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # ~2 min on an idle 2-core box, the suite's longest test: 15 min at load 8+ is possible
 def test_chain_deploys_resumes_after_a_killed_worker_publishes_artifacts_and_hands_off(server, tmp_path):  # noqa: F811
     from prefect.client.schemas.filters import (
         ArtifactFilter,
@@ -152,10 +153,10 @@ def test_chain_deploys_resumes_after_a_killed_worker_publishes_artifacts_and_han
     url, stack = server
     prefect = str(BIN / "prefect")
     for pool in (POOL, GPU_POOL):
-        made = stack.run([prefect, "work-pool", "create", pool, "--type", "process"], timeout=120)
+        made = stack.run([prefect, "work-pool", "create", pool, "--type", "process"], timeout=patience(120))
         assert made.returncode == 0 or "already exists" in made.stdout + made.stderr, made.stdout + made.stderr
     deployed = stack.run(
-        [prefect, "--no-prompt", "deploy", "--all"], timeout=240, cwd=REPO, extra_env={"PWD": str(REPO)}
+        [prefect, "--no-prompt", "deploy", "--all"], timeout=patience(240), cwd=REPO, extra_env={"PWD": str(REPO)}
     )
     assert deployed.returncode == 0, deployed.stdout + deployed.stderr
 
@@ -179,7 +180,7 @@ def test_chain_deploys_resumes_after_a_killed_worker_publishes_artifacts_and_han
             assert not client.read_flow_run(first.id).state.is_final(), worker.log_path.read_text(errors="replace")
             return last_checkpoint(stage1 / "checkpoints", required=(SAMPLER_STATE,))
 
-        _wait_for(checkpointed, 360, "the first RL checkpoint", interval=0.5)
+        _wait_for(checkpointed, patience(360), "the first RL checkpoint", interval=0.5)
         _kill_tree(worker)
         stack.procs.remove(worker)
         worker.log.close()
@@ -189,7 +190,7 @@ def test_chain_deploys_resumes_after_a_killed_worker_publishes_artifacts_and_han
         # Phase 3: the same deployment again resumes and completes.
         second = client.create_flow_run_from_deployment(tiny.id, parameters=params)
         worker = stack.start("worker-2", [prefect, "worker", "start", "--pool", POOL], cwd=tmp_path)
-        final = _wait_for(lambda: _finished(client, second.id), 480, "the resumed run finishing")
+        final = _wait_for(lambda: _finished(client, second.id), patience(480), "the resumed run finishing")
         assert final.state.is_completed(), f"{final.state!r}; worker log: {worker.log_path}"
         artifacts = client.read_artifacts(
             artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[second.id]))
@@ -244,7 +245,7 @@ def test_chain_deploys_resumes_after_a_killed_worker_publishes_artifacts_and_han
     gpu_worker = stack.start("worker-gpu", [prefect, "worker", "start", "--pool", GPU_POOL], cwd=tmp_path)
     with _client(url) as client:
         handed = client.create_flow_run_from_deployment(tiny.id, parameters={**params, "training_pool": GPU_POOL})
-        final = _wait_for(lambda: _finished(client, handed.id), 240, "the handed-off run finishing")
+        final = _wait_for(lambda: _finished(client, handed.id), patience(240), "the handed-off run finishing")
         assert final.state.is_completed(), f"{final.state!r}; logs: {worker.log_path}, {gpu_worker.log_path}"
         [child] = client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[gpu.id])))
     assert child.state.is_completed() and child.work_pool_name == GPU_POOL
