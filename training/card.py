@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import re
 import subprocess
@@ -38,6 +39,7 @@ from typing import Any
 import yaml
 
 from curate import io
+from curate.cards import fmt
 
 
 LINEAGE = "lineage.json"
@@ -52,7 +54,8 @@ EVALUATION_KEYS = ("pass_at_1", "stderr", "n_problems", "k", "temperature", "spl
 DEFAULT_MAX_NEW_TOKENS = 1024  # when neither the evaluation nor the recipe says how long an answer may be
 _KINDS = {
     "init": "a randomly initialised model (no training)",
-    "sft": "supervised fine-tuning (TRL SFTTrainer, loss on the completion tokens only) on verified solutions",
+    "sft": "supervised fine-tuning (TRL SFTTrainer, loss on the completion tokens only) on solutions (what was "
+    "checked about their answers: Training data)",
     "rl": "reinforcement learning (TRL GRPOTrainer) on a curriculum stage's prompts, rewarded by curate-rl's answer "
     "checker (the one that measured the data's pass rates)",
     "redistill": "re-distillation (CoScale-RL): SFT of the initial model on the latest correct RL solutions",
@@ -296,105 +299,246 @@ def title(model_dir: str | Path, lineage: Mapping[str, Any]) -> str:
     return f"{data['recipe_name']} / {step}" if data.get("recipe_name") else str(step)
 
 
+MODEL_CARD_TEMPLATE = """---
+{{ card_data }}
+---
+
+# {{ title }}
+
+## Model description
+
+{{ made }}
+
+{% for fact in facts %}- {{ fact }}
+{% endfor %}{% if chain %}
+Chain of models (oldest first):
+
+{% for step in chain %}{{ loop.index }}. {{ step }}
+{% endfor %}{% endif %}
+## Training data
+
+{{ data_table }}
+
+{% for note in data_notes %}{{ note }}
+
+{% endfor %}Paths are relative to the workspace (the folder holding `pools/`, `selections/`, `runs/` ...); \
+`curate-rl:` marks a file of the curate-rl repository; `*_sha256` are content hashes.
+
+## Training procedure
+
+{{ procedure }}
+
+Hyperparameters (the step's resolved config):
+
+```yaml
+{{ hyperparameters }}
+```
+
+Training results:
+
+{{ metrics_table }}
+
+## Evaluation
+
+{{ evaluation }}
+
+## Usage
+
+```python
+{{ usage }}
+```
+
+`generation_config.json` sets `max_new_tokens` and the stop tokens, so `generate` needs no length argument. The model \
+was trained on the chat template, the instruction above after the problem.
+
+## Code version
+
+{{ version }}
+
+Machine-readable: `lineage.json` beside this card.
+"""
+
+
 def render_card(
     lineage: Mapping[str, Any],
     name: str = "model",
     root: str | Path | None = None,
     model_dir: str | Path | None = None,
 ) -> str:
-    """The Markdown model card of a lineage record (pure: ``write_model_card`` writes it). ``root``: the workspace
-    the paths are shown relative to (``short_path``); ``model_dir``: the folder, for the usage snippet."""
+    """The model card of a lineage record (pure apart from reading the pool's ``sources.json`` under ``root``):
+    ``huggingface_hub.ModelCard`` from ``MODEL_CARD_TEMPLATE`` with ``card_data`` as its front matter. ``root``:
+    the workspace the paths are shown relative to (``short_path``); ``model_dir``: the folder, for the usage
+    snippet. Numbers are shown rounded (``fmt``), never as Python reprs."""
+    from huggingface_hub import ModelCard
+
     kind = lineage["kind"]
     short = _shorten(dict(lineage), root)
     data, recipe, metrics, code = short["data"], short["recipe"], short["metrics"], lineage["code"]
-    evaluation = lineage.get("evaluation")
-    hub_base = _hub_root(lineage)
-    lines = ["---", yaml.safe_dump(front_matter(lineage, name), sort_keys=False, allow_unicode=True).strip(), "---"]
-    lines += ["", f"# {name}", "", "## Model description", ""]
+    pool = pool_facts(root, (lineage.get("data") or {}).get("pool"))
     base = short.get("base_model")
     made = f"Made by curate-rl's `{kind}` step: {_KINDS.get(kind, kind)}, from " + (
         f"`{base}`" if base else "a random initialisation"
     )
     if len(short["sources"]) > 1:
         made += f" and {', '.join(f'`{s}`' for s in short['sources'][1:])}"
-    lines += [made + f", on {lineage['created_at']}.", ""]
-    if hub_base:
-        lines += [f"- Base model (the start of the chain): [`{hub_base}`](https://huggingface.co/{hub_base})"]
+    facts = []
+    if hub_base := _hub_root(lineage):
+        facts.append(f"Base model (the start of the chain): [`{hub_base}`](https://huggingface.co/{hub_base})")
     elif lineage.get("parents") or kind == "init":
-        lines += ["- Base model: none; the chain starts from a random initialisation (no pretraining)"]
-    if evaluation:
-        lines += [f"- Held-out pass@1: {_eval_text(evaluation)}"]
-    lines += ["- Task: math word problems answered step by step, the final answer in `\\boxed{}`", ""]
-    chain = _chain(short)
-    if chain:
-        lines += ["Chain of models (oldest first):", ""]
-        lines += [f"{i + 1}. {step}" for i, step in enumerate(chain)]
-        lines += [""]
-
-    lines += ["## Training data", ""]
+        facts.append("Base model: none; the chain starts from a random initialisation (no pretraining)")
+    if lineage.get("evaluation"):
+        facts.append(f"Held-out pass@1: {_eval_text(lineage['evaluation'])}")
+    facts.append(f"Task: {pool['task']}, answered step by step, the final answer in `\\boxed{{}}`")
+    facts.append(f"Training data licence: {pool['licences']}; on the Hub: {', '.join(pool['datasets']) or 'none'}")
     keys = [k for k in _DATA_ORDER if k in data] + [k for k in data if k not in _DATA_ORDER]
-    lines += _table(("item", "value"), [(k, data[k]) for k in keys]) if keys else ["(none)"]
-    lines += ["", "Paths are relative to the workspace (the folder holding `pools/`, `selections/`, `runs/` ...); "
-              "`curate-rl:` marks a file of the curate-rl repository; `*_sha256` are content hashes.", ""]  # fmt: skip
-
     what = _KINDS.get(kind, kind)
-    lines += ["## Training procedure", "", f"{what[0].upper()}{what[1:]}.", ""]
-    lines += ["Hyperparameters (the step's resolved config):", ""]
-    lines += ["```yaml", yaml.safe_dump(recipe, sort_keys=False).strip() or "{}", "```", ""]
-    lines += ["Training results:", ""]
-    lines += _table(("metric", "value"), list(metrics.items())) if metrics else ["(none)"]
+    card = ModelCard.from_template(
+        card_data(lineage, name, pool),
+        template_str=MODEL_CARD_TEMPLATE,
+        title=name,
+        made=made + f", on {lineage['created_at']}.",
+        facts=facts,
+        chain=_chain(short),
+        data_table="\n".join(_table(("item", "value"), [(k, data[k]) for k in keys])) if keys else "(none)",
+        data_notes=answer_notes(lineage),
+        procedure=f"{what[0].upper()}{what[1:]}.",
+        hyperparameters=yaml.safe_dump(_rounded(recipe), sort_keys=False).strip() or "{}",
+        metrics_table="\n".join(_table(("metric", "value"), list(metrics.items()))) if metrics else "(none)",
+        evaluation=_evaluation_text(lineage.get("evaluation")),
+        usage="\n".join(_usage(model_dir, root)),
+        version=_version_text(code),
+    )
+    return str(card)
 
-    lines += ["", "## Evaluation", ""]
-    if evaluation:
-        lines += _table(
-            ("dataset", "split", "pass@1", "SE", "problems", "samples per problem", "temperature"),
-            [(evaluation.get("dataset"), evaluation.get("split"), _num(evaluation.get("pass_at_1")),
-              _num(evaluation.get("stderr")), evaluation.get("n_problems"), evaluation.get("k"),
-              evaluation.get("temperature"))],
-        )  # fmt: skip
-        lines += ["", "pass@1 is the mean over the samples of each problem (mean@k), averaged over the held-out "
-                  "problems; SE is its standard error over problems. The answers are checked by curate-rl's checker "
-                  "(math-verify), the same that scored the training data.", ""]  # fmt: skip
-    else:
-        lines += ["No held-out evaluation recorded for this folder (`training eval MODEL --pool POOL` measures one; "
-                  "`training run` records it here after each step).", ""]  # fmt: skip
 
-    lines += ["## Usage", "", "```python", *_usage(model_dir, root), "```", ""]
-    lines += [
-        "`generation_config.json` sets `max_new_tokens` and the stop tokens, so `generate` needs no length argument. "
-        "The model was trained on the chat template, the instruction above after the problem.",
-        "",
-    ]
+def _evaluation_text(ev: Mapping[str, Any] | None) -> str:
+    if not ev:
+        return ("No held-out evaluation recorded for this folder (`training eval MODEL --pool POOL` measures one; "
+                "`training run` records it here after each step).")  # fmt: skip
+    table = _table(
+        ("dataset", "split", "pass@1", "SE", "problems", "samples per problem", "temperature"),
+        [(ev.get("dataset"), ev.get("split"), ev.get("pass_at_1"), ev.get("stderr"), ev.get("n_problems"),
+          ev.get("k"), ev.get("temperature"))],
+    )  # fmt: skip
+    return "\n".join(table) + (
+        "\n\npass@1 is the mean over the samples of each problem (mean@k), averaged over the held-out problems; SE is "
+        "its standard error over problems. The answers are checked by curate-rl's checker (math-verify), the same "
+        "that scored the training data."
+    )
 
+
+def _version_text(code: Mapping[str, Any]) -> str:
     commit = code.get("git_commit")
-    version = f"curate-rl {code.get('curate_rl')}" + (
+    return f"curate-rl {code.get('curate_rl')}" + (
         f", git commit `{commit}`" + (" (with uncommitted changes)" if code.get("git_dirty") else "") if commit else ""
     )
-    lines += ["## Code version", "", version, "", "Machine-readable: `lineage.json` beside this card.", ""]
-    return "\n".join(lines)
 
 
-def front_matter(lineage: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """The card's YAML front matter: library, pipeline, ``base_model`` (when it is a hub id), tags and, once evaluated,
-    ``model-index`` with the held-out pass@1 (the hub's evaluation-results format)."""
-    front: dict[str, Any] = {"library_name": "transformers", "pipeline_tag": "text-generation"}
+def card_data(lineage: Mapping[str, Any], name: str, pool: Mapping[str, Any] | None = None) -> Any:
+    """The card's front matter as ``huggingface_hub.ModelCardData``: licence, language, the training data's Hub
+    datasets (``pool_facts``), library, pipeline, ``base_model`` (when it is a hub id), tags and, once evaluated,
+    ``eval_results`` (the hub's ``model-index``) with the held-out pass@1."""
+    from huggingface_hub import EvalResult, ModelCardData
+
+    pool = pool or pool_facts(None, None)
     base = lineage.get("base_model")
-    if base and _is_hub_id(base):  # the hub's model tree takes hub ids only (the chain's root is in the text)
-        front["base_model"] = base
-    front["tags"] = ["curate-rl", lineage["kind"], "math", "reasoning"]
+    licence = model_licence(lineage)
     ev = lineage.get("evaluation")
+    results = None
     if ev and ev.get("pass_at_1") is not None:
         dataset = str(ev.get("dataset") or "held-out")
         how = f"mean of {ev.get('k', '?')} samples at T={ev.get('temperature', '?')}"
         if ev.get("stderr") is not None:
             how += f"; SE {float(ev['stderr']):.3f} over {ev.get('n_problems', '?')} problems"
-        metric = {"type": "pass@1", "value": round(float(ev["pass_at_1"]), 4), "name": f"pass@1 ({how})"}
-        ds = {"name": dataset, "type": dataset}
-        if ev.get("split"):
-            ds["split"] = str(ev["split"])
-        front["model-index"] = [{"name": name, "results": [{"task": {"type": "text-generation", "name": "math "
-                                "reasoning"}, "dataset": ds, "metrics": [metric]}]}]  # fmt: skip
-    return front
+        results = [EvalResult(task_type="text-generation", task_name="math reasoning", dataset_type=dataset,
+                              dataset_name=dataset, dataset_split=str(ev["split"]) if ev.get("split") else None,
+                              metric_type="pass@1", metric_value=round(float(ev["pass_at_1"]), 4),
+                              metric_name=f"pass@1 ({how})")]  # fmt: skip
+    return ModelCardData(
+        language=["en"],
+        license=licence["license"],
+        license_name=licence.get("license_name"),
+        license_link=licence.get("license_link"),
+        datasets=pool["datasets"] or None,
+        library_name="transformers",
+        pipeline_tag="text-generation",
+        base_model=base if base and _is_hub_id(base) else None,  # the hub's model tree takes hub ids only
+        tags=["curate-rl", lineage["kind"], "math", "reasoning"],
+        model_name=name if results else None,
+        eval_results=results,
+    )
+
+
+def model_licence(lineage: Mapping[str, Any]) -> dict[str, str]:
+    """The weights' licence for the card: a hub base model's (from its card in the local hub cache, else ``other``
+    with a link to it); curate-rl's Apache-2.0 for a chain that starts from a random initialisation; ``unknown``
+    for a local base model of unknown origin."""
+    hub = _hub_root(lineage)
+    if hub is not None:
+        from huggingface_hub import ModelCard, try_to_load_from_cache
+
+        cached = try_to_load_from_cache(hub, "README.md")
+        if isinstance(cached, str):
+            found = ModelCard.load(cached, ignore_metadata_errors=True).data.license
+            if found:
+                return {"license": str(found)}
+        return {"license": "other", "license_name": "base-model", "license_link": f"https://huggingface.co/{hub}"}
+    node: Mapping[str, Any] = lineage
+    while node.get("parents"):
+        node = node["parents"][0]
+    scratch = node.get("kind") == "init" or node.get("base_model") is None
+    return {"license": "apache-2.0" if scratch else "unknown"}
+
+
+def pool_facts(root: str | Path | None, pool: str | None) -> dict[str, Any]:
+    """What the card says about the training pool, from ``<root>/pools/<pool>/sources.json``: the task
+    (``provenance.task_description``), its sources' licences and Hub dataset ids. Neutral words when the pool's
+    record cannot be read (a model trained outside a workspace)."""
+    from curate.select import provenance
+
+    path = Path(root) / "pools" / str(pool) / "sources.json" if root and pool else None
+    if path is None or not path.is_file():
+        return {"task": "math problems", "licences": "not recorded", "datasets": []}
+    sources = [s for s in json.loads(path.read_text(encoding="utf-8")) if isinstance(s, dict)]
+    known = [provenance.source_provenance(s.get("name", ""), s.get("path")) for s in sources]
+    licences = sorted({p["licence"] for p in known})
+    return {
+        "task": f"{provenance.task_description(sources)}, pool `{pool}`",
+        "licences": "; ".join(licences) or "not recorded",
+        "datasets": provenance.hub_datasets(known),
+    }
+
+
+def answer_notes(lineage: Mapping[str, Any]) -> list[str]:
+    """What was and was not checked about the answers an SFT step (this model or an ancestor along the first-parent
+    line) trained on, from ``data.answers`` (``curate.solutions.export.answer_check``): the measured share of rows
+    whose answer the checker finds wrong, never a claim of "verified" the data does not support."""
+    notes = []
+    node: Mapping[str, Any] | None = lineage
+    who = "these training rows"
+    while node is not None:
+        answers = (node.get("data") or {}).get("answers")
+        if node.get("kind") == "sft" or answers is not None:
+            notes.append(_answers_text(answers, who))
+        node = node["parents"][0] if node.get("parents") else None
+        who = f"the rows its `{node['kind']}` ancestor trained on" if node is not None else who
+    return notes
+
+
+def _answers_text(answers: Mapping[str, Any] | None, who: str) -> str:
+    if not answers or not answers.get("rows"):
+        return f"The answers of {who} were not checked by curate-rl (the data has no `verdict` column)."
+    rows, verdicts = answers["rows"], dict(answers.get("verdicts") or {})
+    correct, wrong = verdicts.pop("correct", 0), verdicts.pop("wrong", 0)
+    if correct == rows:
+        return f"The answers of {who} are verified: all {rows:,} box the gold answer (curate-rl's checker)."
+    other = ", ".join(f"{n:,} with verdict {v}" for v, n in sorted(verdicts.items()))
+    return (
+        f"The answers of {who} are NOT verified: {wrong:,} of {rows:,} ({wrong / rows:.1%}) box an answer "
+        f"curate-rl's checker finds wrong and {correct:,} ({correct / rows:.1%}) the gold answer"
+        + (f"; {other}" if other else "")
+        + " (the solutions export kept them: `solutions.recheck: false`)."
+    )
 
 
 def _hub_root(lineage: Mapping[str, Any]) -> str | None:
@@ -423,7 +567,16 @@ def _eval_text(ev: Mapping[str, Any]) -> str:
 
 
 def _num(x: Any) -> str:
-    return f"{x:.3f}" if isinstance(x, float) else str(x)
+    return f"{x:.3f}" if isinstance(x, float) and math.isfinite(x) else fmt(x)
+
+
+def _rounded(obj: Any) -> Any:
+    """Floats of a nested structure to 6 significant digits (``0.30000000000000004`` -> ``0.3``), for YAML."""
+    if isinstance(obj, Mapping):
+        return {k: _rounded(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_rounded(v) for v in obj]
+    return float(f"{obj:.6g}") if isinstance(obj, float) and math.isfinite(obj) else obj
 
 
 def _usage(model_dir: str | Path | None, root: str | Path | None) -> list[str]:
@@ -457,8 +610,7 @@ def _chain(lineage: Mapping[str, Any]) -> list[str]:
 
 
 def _cell(value: Any) -> str:
-    text = json.dumps(value, default=str) if isinstance(value, Mapping | list | tuple) else str(value)
-    return text.replace("|", "\\|").replace("\n", " ")
+    return fmt(value).replace("|", "\\|").replace("\n", " ")
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[str]:

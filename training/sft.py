@@ -366,13 +366,20 @@ def train_sft(
         "wall_s": round(time.perf_counter() - started, 2),
     }
     if main:
+        from curate.solutions.export import answer_check
         from training.card import write_model_card
 
         write_model_card(
             final,
             kind=kind,
             base_model=model_name,
-            data={**dict(lineage or {}), **_data_lineage(data), "rows": kept.height, "dropped": metrics["dropped"]},
+            data={
+                **dict(lineage or {}),
+                **_data_lineage(data),
+                "rows": kept.height,
+                "dropped": metrics["dropped"],
+                "answers": answer_check(kept),
+            },
             recipe={kind: dataclasses.asdict(cfg)},
             metrics=metrics,
         )

@@ -24,6 +24,7 @@ Example TRL row::
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ import polars as pl
 
 from curate import io, prompts
 from curate import schema as S
+from curate.cards import fmt, size_category
 from curate.manifest import Manifest, write_manifest
 
 
@@ -111,7 +113,7 @@ def _write_selection(
         manifest.extra["pool_quarantine"] = pool_quarantine(
             io.Workspace(out.parent.parent), manifest.config.get("pool")
         )
-        manifest.extra["provenance"] = sources_provenance(
+        manifest.extra["provenance"], manifest.extra["task"] = sources_provenance(
             io.Workspace(out.parent.parent), manifest.config.get("pool"), list(manifest.summary.get("sources") or {})
         )
         manifest.wall_s = round(_elapsed(manifest), 3)
@@ -163,19 +165,20 @@ def write_standard_parquet(frame: pl.DataFrame, path: Path) -> Path:
     return path
 
 
-def sources_provenance(ws: io.Workspace, pool: str | None, names: list[str]) -> dict[str, dict[str, str]]:
-    """Licence and upstream of each selected source (``curate.select.provenance``), from the pool's record."""
-    from curate.select.provenance import pool_provenance
+def sources_provenance(ws: io.Workspace, pool: str | None, names: list[str]) -> tuple[dict[str, dict[str, str]], str]:
+    """Licence, upstream and Hub id of each selected source, and what the selected problems are
+    (``curate.select.provenance``), from the pool's record."""
+    from curate.select.provenance import pool_provenance, task_description
 
     record = ws.pool_dir(pool) / "sources.json" if pool else None
     text = record.read_text(encoding="utf-8") if record is not None and record.is_file() else None
-    return pool_provenance(text, names)
+    entries = [e for e in (json.loads(text) if text else []) if isinstance(e, dict) and e.get("name") in names]
+    return pool_provenance(text, names), task_description(entries)
 
 
-def verl_reward_path() -> str:
-    """Where ``training/verl_reward.py`` is in this checkout (a path for verl's ``custom_reward_function.path``)."""
-    here = Path(__file__).resolve().parents[2] / "training" / "verl_reward.py"
-    return str(here) if here.is_file() else "<curate-rl checkout>/training/verl_reward.py"
+# verl loads the reward by path: a command that finds the file wherever curate-rl is installed, so the card holds no
+# path of the machine that wrote it (``training/verl_reward.py`` of a curate-rl checkout is the same file).
+VERL_REWARD_PATH = "$(python -c 'import training.verl_reward as m; print(m.__file__)')"
 
 
 def _sources_table(counts: dict[str, int], provenance: dict[str, dict[str, str]]) -> str:
@@ -218,96 +221,57 @@ def _elapsed(manifest: Manifest) -> float:
 
 
 # --------------------------------------------------------------------------------------------------- card
-def _size_category(n: int) -> str:
-    for limit, label in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
-        if n < limit:
-            return label
-    return "n>1M"
-
-
 def _rows(pairs: dict[str, Any], head: tuple[str, str]) -> str:
     lines = [f"| {head[0]} | {head[1]} |", "|---|---:|"]
-    lines += [f"| {k} | {v:,} |" if isinstance(v, int) else f"| {k} | {v} |" for k, v in pairs.items()]
+    lines += [f"| {k} | {fmt(v)} |" for k, v in pairs.items()]
     return "\n".join(lines)
 
 
-def dataset_card(manifest: Manifest, table: pl.DataFrame, figures: list[str]) -> str:
-    """The selection's README.md: what it is, where it came from, every filter and drop, seed, sizes, versions,
-    and how to load it. Generated from the manifest so the card and the numbers cannot disagree."""
-    s, cfg = manifest.summary, manifest.config
-    score_manifest = manifest.extra.get("score_manifest") or {}
-    extra = score_manifest.get("extra") or {}
-    prior = extra.get("prior_predictor") or {}
-    drops = dict(s["dropped"]) | {"not sampled (over the size cap)": s["not_sampled"]}
-    scoring = (
-        f"DES with weights {extra.get('des_weights')} at time weight w = {extra.get('time_weight')}; the pass-rate "
-        f"prior ({prior.get('kind')}, trained on {prior.get('n_train')} problems) has held-out MAE {prior.get('mae')} "
-        f"(predicting the mean: {prior.get('baseline_mae')})."
-        if score_manifest
-        else "No `scores.parquet`: no DES, clusters, zero-variance or solved filters."
-    )
-    sampling = (
-        f"{s['size_requested']:,} rows drawn with quotas per cluster ({s['clusters_eligible']} clusters, "
-        f"largest-remainder rounding) and, within a cluster, P ∝ exp(`{s['by']}` / {s['temperature']}) without "
-        f"replacement (Gumbel-top-k, noise hashed from seed {s['seed']} and problem_id)."
-        if s["sampled"]
-        else f"Every row passing the filters was taken (no sampling); ranked by `{s['by']}`."
-    )
-    warnings = "\n".join(f"- {w}" for w in s["warnings"]) or "- none"
-    pool_q = manifest.extra.get("pool_quarantine") or {}
-    quarantined = _rows(pool_q, ("stage: reason", "rows")) if pool_q else "(none recorded)"
-    versions = "\n".join(f"- {k} {v}" for k, v in sorted(manifest.versions.items()))
-    plots = "\n\n".join(f"![{Path(f).stem}]({f})" for f in figures) or "(plots disabled)"
-    return f"""---
-pretty_name: {s["selection"]}
-size_categories: [{_size_category(table.height)}]
-task_categories: [text-generation]
-tags: [math, reasoning, reinforcement-learning, curate-rl]
+SELECTION_CARD = """---
+{{ card_data }}
 ---
 
-# {s["selection"]}
+# {{ name }}
 
-{table.height:,} math problems selected by `curate select` from the pool `{s["pool"]}` ({s["rows_in"]:,} problems)
-for RL post-training of reasoning models. Each row has a problem, a normalized gold answer (check answers with
-math-verify; `answer_alternatives` lists every accepted form) and the scores it was selected on.
+{{ rows }} problems selected by `curate select` from the pool `{{ pool }}` ({{ rows_in }} problems) for RL \
+post-training of reasoning models. Task: {{ task }}. Each row has a problem, a normalized gold answer (check answers \
+with math-verify; `answer_alternatives` lists every accepted form) and the scores it was selected on.
 
 ## Sources in the selection
 
-{_sources_table(s["sources"], manifest.extra.get("provenance") or {})}
+{{ sources }}
 
-Licences are those of the upstream files (`unknown` where the upstream states none); check them before
+Licences are those of the upstream files (`unknown` where the upstream states none); check them before \
 redistributing this selection.
 
 ## Filters and drops
 
-Filters run in this order; each dropped row is counted once, under the first filter it fails
-(`drops.parquet` lists them by problem_id). Rows in {s["rows_in"]:,} = selected {s["selected"]:,}
-+ dropped {sum(s["dropped"].values()):,} + not sampled {s["not_sampled"]:,}.
+Filters run in this order; each dropped row is counted once, under the first filter it fails (`drops.parquet` lists \
+them by problem_id). Rows in {{ rows_in }} = selected {{ selected }} + dropped {{ dropped }} + not sampled \
+{{ not_sampled }}.
 
-{_rows(drops, ("reason", "rows"))}
+{{ drops }}
 
-Settings: max_prompt_chars={cfg.get("max_prompt_chars")}, drop_contaminated={cfg.get("drop_contaminated")},
-drop_duplicates={cfg.get("drop_duplicates")}, drop_zero_variance={cfg.get("drop_zero_variance")},
-drop_solved={cfg.get("drop_solved")}, min={cfg.get("min_value")}, max={cfg.get("max_value")}.
+Settings: {{ settings }}.
 
-Quarantined by the pool's stages (every stage's quarantine file, by stage and reason): ingest's rows never
-entered the pool; a later stage's (decontaminate) stay in it and are counted again under the filters above.
+Quarantined by the pool's stages (every stage's quarantine file, by stage and reason): ingest's rows never entered \
+the pool; a later stage's (decontaminate) stay in it and are counted again under the filters above.
 
-{quarantined}
+{{ quarantined }}
 
 ## Sampling
 
-{sampling} Seed: {s["seed"]}. Deterministic for a given seed and inputs.
+{{ sampling }} Seed: {{ seed }}. Deterministic for a given seed and inputs.
 
-Scoring: {scoring} DES = λ_d·D + λ_c·C + λ_r·R with λ = softmax(φ): D and C are Gaussian scores of the difficulty
-1 − p and of the standardized log chain-of-thought length around the pool's mean, R a Gaussian score of the recent
-reward (0 for problems whose rollouts all agree). The three-term structure is ScalingRL's
-([Scale Down to Speed Up, Findings of EMNLP 2025](https://aclanthology.org/2025.findings-emnlp.412/)); the paper
-gives no formulas, so these are RECONSTRUCTED (`curate/score/des.py` in curate-rl).
+Scoring: {{ scoring }} DES = λ_d·D + λ_c·C + λ_r·R with λ = softmax(φ): D and C are Gaussian scores of the difficulty \
+1 − p and of the standardized log chain-of-thought length around the pool's mean, R a Gaussian score of the recent \
+reward (0 for problems whose rollouts all agree). The three-term structure is ScalingRL's ([Scale Down to Speed Up, \
+Findings of EMNLP 2025](https://aclanthology.org/2025.findings-emnlp.412/)); the paper gives no formulas, so these \
+are RECONSTRUCTED (`curate/score/des.py` in curate-rl).
 
 ## Warnings
 
-{warnings}
+{{ warnings }}
 
 ## Files
 
@@ -328,20 +292,89 @@ ds = load_from_disk("hf")
 train = load_dataset("parquet", data_files="trl.parquet", split="train")  # GRPOTrainer(train_dataset=train, ...)
 ```
 
-verl: `data.train_files=<this folder>/verl.parquet`. verl's default reward does not know these `data_source`
-values; score with the same answer checker the selection was made with (it reads `extra_info.answer_alternatives`):
+verl: `data.train_files=<this folder>/verl.parquet`. verl's default reward does not know these `data_source` values; \
+score with the same answer checker the selection was made with (it reads `extra_info.answer_alternatives`). In the \
+environment where curate-rl is installed (the path is found there, so it holds on any machine; in a curate-rl \
+checkout it is `training/verl_reward.py`):
 
 ```
-custom_reward_function.path={verl_reward_path()} custom_reward_function.name=compute_score
+custom_reward_function.path={{ verl_reward }} custom_reward_function.name=compute_score
 ```
 
 The reward's answer checker runs in worker processes: a script that calls it needs `if __name__ == "__main__":`.
 
 ## Versions
 
-{versions}
+{{ versions }}
 
 ## Figures
 
-{plots}
+{{ plots }}
 """
+
+
+def dataset_card(manifest: Manifest, table: pl.DataFrame, figures: list[str]) -> str:
+    """The selection's README.md (``huggingface_hub.DatasetCard`` from ``SELECTION_CARD``, with licence, language,
+    Hub source datasets and size as card data): what it is, where it came from, every filter and drop, seed, sizes,
+    versions, and how to load it. Generated from the manifest so the card and the numbers cannot disagree."""
+    from huggingface_hub import DatasetCard, DatasetCardData
+
+    from curate.select import provenance
+
+    s, cfg = manifest.summary, manifest.config
+    score_manifest = manifest.extra.get("score_manifest") or {}
+    extra = score_manifest.get("extra") or {}
+    prior = extra.get("prior_predictor") or {}
+    drops = dict(s["dropped"]) | {"not sampled (over the size cap)": s["not_sampled"]}
+    scoring = (
+        f"DES with weights {fmt(extra.get('des_weights'))} at time weight w = {fmt(extra.get('time_weight'))}; the "
+        f"pass-rate prior ({fmt(prior.get('kind'))}, trained on {fmt(prior.get('n_train'))} problems) has held-out "
+        f"MAE {fmt(prior.get('mae'))} (predicting the mean: {fmt(prior.get('baseline_mae'))})."
+        if score_manifest
+        else "No `scores.parquet`: no DES, clusters, zero-variance or solved filters."
+    )
+    sampling = (
+        f"{s['size_requested']:,} rows drawn with quotas per cluster ({s['clusters_eligible']} clusters, "
+        f"largest-remainder rounding) and, within a cluster, P ∝ exp(`{s['by']}` / {fmt(s['temperature'])}) without "
+        f"replacement (Gumbel-top-k, noise hashed from seed {s['seed']} and problem_id)."
+        if s["sampled"]
+        else f"Every row passing the filters was taken (no sampling); ranked by `{s['by']}`."
+    )
+    keys = ("max_prompt_chars", "drop_contaminated", "drop_duplicates", "drop_zero_variance", "drop_solved")
+    settings = [f"{k}={fmt(cfg.get(k))}" for k in keys] + [f"min={fmt(cfg.get('min_value'))}",
+                                                             f"max={fmt(cfg.get('max_value'))}"]  # fmt: skip
+    known = list((manifest.extra.get("provenance") or {}).values())
+    pool_q = manifest.extra.get("pool_quarantine") or {}
+    data = DatasetCardData(
+        language=["en"],
+        license=provenance.hub_license(known),
+        pretty_name=s["selection"],
+        task_categories=["text-generation"],
+        size_categories=[size_category(table.height)],
+        source_datasets=provenance.hub_datasets(known) or None,
+        tags=["math", "reasoning", "reinforcement-learning", "curate-rl"],
+    )
+    card = DatasetCard.from_template(
+        data,
+        template_str=SELECTION_CARD,
+        name=s["selection"],
+        rows=f"{table.height:,}",
+        task=manifest.extra.get("task") or "math problems",
+        pool=s["pool"],
+        rows_in=f"{s['rows_in']:,}",
+        sources=_sources_table(s["sources"], manifest.extra.get("provenance") or {}),
+        selected=f"{s['selected']:,}",
+        dropped=f"{sum(s['dropped'].values()):,}",
+        not_sampled=f"{s['not_sampled']:,}",
+        drops=_rows(drops, ("reason", "rows")),
+        settings=", ".join(settings),
+        quarantined=_rows(pool_q, ("stage: reason", "rows")) if pool_q else "(none recorded)",
+        sampling=sampling,
+        seed=s["seed"],
+        scoring=scoring,
+        warnings="\n".join(f"- {w}" for w in s["warnings"]) or "- none",
+        verl_reward=VERL_REWARD_PATH,
+        versions="\n".join(f"- {k} {v}" for k, v in sorted(manifest.versions.items())),
+        plots="\n\n".join(f"![{Path(f).stem}]({f})" for f in figures) or "(plots disabled)",
+    )
+    return str(card)

@@ -115,3 +115,37 @@ def test_record_evaluation_adds_the_result_to_an_existing_card_and_the_card_load
     (ev,) = card.data.eval_results
     assert (ev.metric_type, ev.metric_value, ev.dataset_split) == ("pass@1", 0.534, "test")
     assert card.data.base_model == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def test_cards_state_what_was_checked_downstream_carry_hub_metadata_and_print_no_python_values(tmp_path, tiny):
+    """Issue 30.5 / 30.10: an SFT model trained on rows half of which box a wrong answer says so with the share,
+    and so does the RL model trained from it; the front matter (``huggingface_hub.ModelCard``) has the licence
+    (Apache-2.0 for a model made from scratch), the language and the pool's Hub datasets; the task is the pool's
+    (arithmetic chains here, not "math word problems"); no ``None`` and no 16-digit floats."""
+    hub = pytest.importorskip("huggingface_hub")
+
+    from training.card import write_model_card
+
+    ws, sft = _model_in_run(tmp_path, tiny)
+    sources = [{"name": "gen/sft", "path": "gen://arith?early=0.5"}, {"name": "gsm8k/test", "path": "/d/gsm8k/t.json"}]
+    (ws / "pools" / "tiny" / "sources.json").write_text(json.dumps(sources))
+    run = {"pool": "tiny", "run": str(ws / "runs/demo"), "recipe_name": "demo"}
+    answers = {"rows": 7466, "verdicts": {"correct": 3733, "wrong": 3700, "no_answer": 33}}
+    write_model_card(sft, kind="sft", base_model=None, data={**run, "answers": answers, "dropped": {}},
+                     recipe={"sft": {"learning_rate": 0.002, "warmup_ratio": 0.1 + 0.2, "report_to": None}},
+                     metrics={"train_loss_last": 0.41234567890123, "resumed_from": None})  # fmt: skip
+    rl = ws / "runs" / "demo" / "rl" / "01-stage1" / "final"
+    write_model_card(rl, kind="rl", base_model=str(sft), data=run, recipe={}, metrics={"steps": 40},
+                     evaluation=EVALUATION)  # fmt: skip
+    for folder, who in ((sft, "these training rows"), (rl, "the rows its `sft` ancestor trained on")):
+        card = hub.ModelCard.load(folder / "README.md")
+        assert f"The answers of {who} are NOT verified: 3,700 of 7,466 (49.6%) box an answer" in card.text
+        assert "verified solutions" not in card.text and "math word problems" not in card.text
+        assert "Task: arithmetic chains from curate-rl's generator (gen://arith); math problems from gsm8k/test" in (
+            card.text
+        )
+        assert (card.data.license, card.data.language, card.data.datasets) == ("apache-2.0", ["en"], ["openai/gsm8k"])
+        assert "None" not in card.text and not re.search(r"\d\.\d{6,}", card.text), card.text
+    sft_text = (sft / "README.md").read_text()
+    assert "| train_loss_last | 0.4123 |" in sft_text and "| resumed_from | n/a |" in sft_text
+    assert "warmup_ratio: 0.3\n" in sft_text and "report_to: null" in sft_text

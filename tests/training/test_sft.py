@@ -27,14 +27,16 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def rows_file(tmp_path_factory):
-    """16 level-1 arithmetic reference solutions + one row far over MAX_LENGTH tokens."""
+    """16 level-1 arithmetic reference solutions + one row far over MAX_LENGTH tokens; ``verdict`` as a solutions
+    export writes it, 4 rows labelled ``wrong`` (as ``recheck: false`` exports them)."""
     from curate.ingest.generate import generate
     from curate.prompts import sft_row
 
     problems = list(generate(16, seed=0, family="arith", min_level=1, max_level=1))
-    rows = [{**sft_row(p["problem"], p["solution"]), "problem_id": f"p{i}"} for i, p in enumerate(problems)]
+    rows = [{**sft_row(p["problem"], p["solution"]), "problem_id": f"p{i}", "verdict": "correct" if i % 4 else "wrong"}
+            for i, p in enumerate(problems)]  # fmt: skip
     long = problems[0]["solution"] * 20
-    rows.append({**sft_row(problems[0]["problem"], long), "problem_id": "long"})
+    rows.append({**sft_row(problems[0]["problem"], long), "problem_id": "long", "verdict": "correct"})
     path = tmp_path_factory.mktemp("data") / "sft.parquet"
     pl.DataFrame(rows).write_parquet(path)
     return path
@@ -99,6 +101,10 @@ def test_sft_trains_on_solutions_quarantines_long_rows_and_resumes(tiny, rows_fi
     lineage = read_lineage(out / "final")
     assert lineage["kind"] == "sft" and lineage["base_model"] == str(tiny)
     assert lineage["data"]["rows"] == 16 and lineage["data"]["dropped"] == {"too_long": 1}
+    # what was checked about the rows it trained on (issue 30.5): measured from their verdicts, never "verified"
+    assert lineage["data"]["answers"] == {"rows": 16, "verdicts": {"correct": 12, "wrong": 4}}
+    card = (out / "final" / "README.md").read_text()
+    assert "NOT verified: 4 of 16 (25.0%) box an answer" in card and "verified solutions" not in card
     assert lineage["parents"][0]["kind"] == "init"  # the init model's own lineage is embedded
     assert "## Training data" in (out / "final" / "README.md").read_text()
 

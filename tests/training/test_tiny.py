@@ -7,6 +7,7 @@ import os
 import stat
 
 import pytest
+import yaml
 
 
 def test_init_tiny_loads_generates_and_has_card(tmp_path, capsys):
@@ -46,7 +47,9 @@ def test_init_tiny_loads_generates_and_has_card(tmp_path, capsys):
     assert lineage["kind"] == "init" and lineage["base_model"] is None
     assert lineage["recipe"]["tiny"]["seed"] == 3
     card = (out / "README.md").read_text()
-    assert card.startswith("---\nlibrary_name: transformers") and "base_model" not in card.split("---")[1]
+    front = yaml.safe_load(card.split("---")[1])
+    assert front["library_name"] == "transformers" and "base_model" not in front
+    assert front["license"] == "apache-2.0"  # curate-rl's: a model made from scratch
 
 
 @pytest.mark.slow

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,9 +88,13 @@ def test_compute_score_signature_and_fallbacks():
 def test_card_gives_the_exact_verl_flags_for_this_file(verl_rows):
     _, out = verl_rows
     card = (out / "README.md").read_text(encoding="utf-8")
-    m = re.search(r"custom_reward_function\.path=(\S+) custom_reward_function\.name=(\w+)", card)
+    m = re.search(r"custom_reward_function\.path=(.+) custom_reward_function\.name=(\w+)", card)
     assert m, card
-    path, name = Path(m.group(1)), m.group(2)
+    assert str(REPO) not in card and str(out) not in card  # no path of this machine (issue 30.10): portable
+    # the path is a shell command that finds the file where curate-rl is installed: run it as a user would
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # the venv's python
+    found = subprocess.run(["bash", "-c", f"echo {m.group(1)}"], env=env, capture_output=True, text=True, check=True)
+    path, name = Path(found.stdout.strip()), m.group(2)
     assert path == REPO / "training" / "verl_reward.py" and path.is_file()
     # verl loads the file by path (importlib.util.spec_from_file_location), not as a package module
     spec = importlib.util.spec_from_file_location("custom_module", path)

@@ -105,3 +105,31 @@ def test_failed_write_leaves_the_old_selection_untouched(tmp_path):
         export.write_selection(out, selection().drop(S.ANSWER), selection(), drops, manifest(12), instruction="")
     assert pl.read_parquet(out / "selection.parquet").height == 12
     assert sorted(p.name for p in tmp_path.iterdir()) == ["toy-sel"]
+
+
+def test_card_is_a_hub_dataset_card_with_licence_language_and_sources_and_no_python_reprs(tmp_path):
+    """Issue 30.10: the card's front matter carries the Hub's licence, language and source datasets (from the pool's
+    sources), values print as a reader expects (no ``None``, no 16-digit floats), and the verl command holds no
+    path of this machine."""
+    import json
+    import re
+
+    from huggingface_hub import DatasetCard
+
+    (tmp_path / "pools" / "toy").mkdir(parents=True)
+    (tmp_path / "pools" / "toy" / "sources.json").write_text(json.dumps([
+        {"name": "toy-a", "path": "/data/gsm8k/train.jsonl"}, {"name": "toy-b", "path": "/data/gsm8k/test.jsonl"},
+    ]))  # fmt: skip
+    m = manifest(12)
+    m.config.update(pool="toy", min_value=None, max_value=0.30000000000000004)
+    m.extra["score_manifest"] = {"extra": {"des_weights": [1 / 3, 1 / 3, 1 / 3], "time_weight": 0.1 + 0.2,
+                                           "prior_predictor": {"kind": "ridge", "mae": None}}}  # fmt: skip
+    out = tmp_path / "selections" / "toy-sel"
+    drops = pl.DataFrame(schema={S.PROBLEM_ID: pl.String, S.DROP_REASON: pl.String})
+    export.write_selection(out, selection(), selection(), drops, m, instruction="", plots=False)
+    card = DatasetCard.load(out / "README.md")
+    assert (card.data.license, card.data.language, card.data.source_datasets) == ("mit", ["en"], ["openai/gsm8k"])
+    assert card.data.size_categories == ["n<1K"] and card.data.pretty_name == "toy-sel"
+    assert "None" not in card.text and not re.search(r"\d\.\d{6,}", card.text), card.text
+    assert "min=n/a, max=0.3." in card.text and "weights 0.3333, 0.3333, 0.3333" in card.text
+    assert "math problems from toy-a, toy-b" in card.text and str(tmp_path) not in card.text

@@ -219,6 +219,40 @@ def test_ledger_solutions_filtered_deduplicated_exported(ws):
     assert pl.read_parquet(ws.root / "solutions" / "k1" / "sft.parquet").height == 3 and not small.skipped
 
 
+def test_card_states_what_was_checked_and_the_measured_share_of_wrong_answers(ws):
+    """``recheck: false`` exports wrong answers: the card must not call them verified or say wrong answers were
+    dropped; it gives the measured share (issue 30.5: the demo's card said "verified ... Dropped: wrong answers"
+    while 50% of its rows boxed a wrong answer). With the re-check, every row is correct and the card says so. Both
+    cards are Hugging Face dataset cards with licence, language and size metadata."""
+    from huggingface_hub import DatasetCard
+
+    problems = [("Compute 12 + 7.", "19"), ("Compute 5 + 5.", "10")]
+    p19, p10 = (S.problem_id(q) for q, _ in problems)
+    write_pool(ws, "p", problems)
+    wrong = "So the sum is 12 + 7 = 18, giving \\boxed{18}."
+    write_part(ws, "p", "teacher", "a", [
+        {S.PROBLEM_ID: p19, S.COMPLETION: GOOD}, {S.PROBLEM_ID: p19, S.COMPLETION: wrong},
+        {S.PROBLEM_ID: p10, S.COMPLETION: "5 + 5 = 10 because five and five make ten. \\boxed{10}"},
+        {S.PROBLEM_ID: p10, S.COMPLETION: "Five and five: 5 + 5 = 11, so \\boxed{11}."},
+    ])  # fmt: skip
+    kept = st.solutions(ws, "p", st.SolutionsConfig(k=4, recheck=False, name="raw", verify_workers=1))
+    assert kept.summary["kept"] == 4
+    card = DatasetCard.load(ws.root / "solutions" / "raw" / "README.md")
+    assert "verified SFT solutions" not in card.text and "Dropped: wrong answers" not in card.text
+    assert "NOT re-checked" in card.text and "2 of the 4 rows (50.0%) box an answer" in card.text
+    assert (card.data.license, card.data.language, card.data.size_categories) == ("unknown", ["en"], ["n<1K"])
+    assert "unverified" in card.data.tags
+    sft = pl.read_parquet(ws.root / "solutions" / "raw" / "sft.parquet")
+    assert sorted(sft[S.VERDICT].to_list()) == ["correct", "correct", "wrong", "wrong"]  # for the model cards
+    lineage = json.loads((ws.root / "solutions" / "raw" / "lineage.json").read_text())
+    assert lineage["answers"] == {"rechecked": False, "rows": 4, "verdicts": {"correct": 2, "wrong": 2}}
+
+    st.solutions(ws, "p", st.SolutionsConfig(k=4, name="checked", verify_workers=1))
+    card = DatasetCard.load(ws.root / "solutions" / "checked" / "README.md")
+    assert "verified SFT solutions" in card.text and "2 of the 2 rows box the gold answer" in card.text
+    assert "Dropped: wrong answers" in card.text and "None" not in card.text
+
+
 def test_selection_scope_cli_and_show(ws, capsys):
     from curate.cli import main
 
