@@ -44,7 +44,9 @@ def plot_plan(
     The curriculum stage draws the plan as planned (its preset: FastCuRL's 8K -> 16K -> 24K -> 16K context), and the
     title says so: a training recipe may scale those settings. ``trained``: per stage name, the values a training
     run actually used (``max_response_length``, ``n``, ``steps``; ``training.plots.plot_plan`` reads them from the
-    run) drawn instead, the title naming the run ``trained_in``.
+    run) drawn instead, the title naming the run ``trained_in``. A plan over pass rates that carry no information
+    (``pass_rate_warning`` in the plan: no rollouts) says so under the figure, as ``pass_rate.png`` does, and in
+    the PNG's Description.
     """
     plt = _pyplot()
     stages = [{**st, **(trained or {}).get(st["stage"], {})} for st in plan["stages"]]
@@ -88,7 +90,12 @@ def plot_plan(
     ax_m.set_ylabel("problems")
     ax_m.set_ylim(0, max([1, *bottom]) * 1.15)
     ax_m.legend(title="pass-rate band", fontsize=7, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.savefig(path, dpi=110)
+    note = plan.get("pass_rate_warning")
+    if note:
+        import textwrap
+
+        ax_m.set_xlabel("\n".join(textwrap.wrap(f"Warning: {note}.", 110)), color="firebrick", fontsize=8)
+    fig.savefig(path, dpi=110, metadata={"Description": note} if note else None)
     plt.close(fig)
     return Path(path)
 

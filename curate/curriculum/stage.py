@@ -239,6 +239,24 @@ def with_bands(df: pl.DataFrame, cfg: CurriculumConfig) -> pl.DataFrame:
     return df.with_columns(pl.Series(DIFFICULTY_BAND, bands, dtype=pl.String))
 
 
+def pass_rate_warning(df: pl.DataFrame) -> str | None:
+    """The warning a plan over pass rates that carry no information gets (in plan.json's ``warnings`` and on
+    ``plan.png``): every problem has the same pass rate (a pool without rollouts or difficulty labels gets the
+    prior everywhere), or none has one. None when the pass rates vary.
+
+    >>> pass_rate_warning(pl.DataFrame({S.PASS_RATE: [0.5, 0.5]}))[:45]
+    'every problem has the pass rate 0.50 (no roll'
+    """
+    rates = df[S.PASS_RATE].drop_nulls() if S.PASS_RATE in df.columns else pl.Series([], dtype=pl.Float64)
+    if rates.n_unique() > 1:
+        return None
+    what = f"every problem has the pass rate {rates[0]:.2f}" if len(rates) else "no problem has a pass rate"
+    return (
+        f"{what} (no rollouts, no difficulty labels): the difficulty bands carry no information; run `curate "
+        "rollout` (or `measure` in a training recipe) for real pass rates"
+    )
+
+
 def shard_frame(df: pl.DataFrame, stage: str, instruction: str = prompts.INSTRUCTION) -> pl.DataFrame:
     """A stage shard: schema.CURRICULA columns, then verl/TRL-ready columns, in the order of ``df``'s rows.
 
@@ -525,6 +543,9 @@ def _plan_folder(
             ],
             **facts,
         }
+        if warning := pass_rate_warning(df):
+            summary["warnings"] = [*summary.get("warnings", []), warning]
+            summary["pass_rate_warning"] = warning  # drawn on plan.png (``curate.curriculum.plots.plot_plan``)
         shards = [folder / e["shard"] for e in entries]
         summary["reconciles"] = reconciles_on_disk(ws, source, shards, dict(drops))
         plan = {

@@ -191,6 +191,25 @@ def test_bands_plan(ws):
     assert shard[S.PASS_RATE].is_between(0.25, 0.5, closed="left").all()
 
 
+def test_a_plan_over_one_constant_pass_rate_warns_in_plan_json_and_on_plan_png(ws):
+    """A pool without rollouts gets the prior pass rate everywhere: every problem lands in one band ("p0.5-0.7").
+    plan.png drew that band as if it meant something (issue 30.10); it now carries the warning pass_rate.png has
+    (under the figure and in its Description), and plan.json's warnings too. Varied pass rates get none."""
+    from PIL import Image
+
+    write_selection(ws, "flat", problems_frame(30).with_columns(pl.lit(0.5).alias(S.PASS_RATE)))
+    s = build(ws, CurriculumConfig(name="flat", selection="flat", plan="bands")).summary
+    plan = json.loads((ws.curriculum_dir("flat") / "plan.json").read_text())
+    assert [st["stage"] for st in plan["stages"]] == ["p0.5-0.7"]
+    assert any("every problem has the pass rate 0.50" in w for w in s["warnings"])
+    png = Image.open(ws.curriculum_dir("flat") / "plan.png")
+    assert "carry no information" in png.info["Description"]
+    write_selection(ws, "varied", problems_frame(70, seed=1))
+    build(ws, CurriculumConfig(name="varied", selection="varied", plan="bands"))
+    assert "Description" not in Image.open(ws.curriculum_dir("varied") / "plan.png").info
+    assert "pass_rate_warning" not in json.loads((ws.curriculum_dir("varied") / "plan.json").read_text())
+
+
 def test_pass_rates_from_pooled_ledger_stats(ws):
     df = problems_frame(3).with_columns(pl.lit(None, pl.Float64).alias(S.PASS_RATE))
     write_pool(ws, "demo", df)
