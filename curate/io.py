@@ -92,6 +92,27 @@ class Workspace:
         base = self.pool_dir(pool) / "rollouts"
         return base if model is None else base / model_key(model)
 
+    def model_path(self, model: str) -> str:
+        """Where to load ``model`` from: a relative path that exists under the workspace root (how a training run
+        names its own models in the ledger, ``runs/<run>/sft/final``, so the name and its ledger folder survive a
+        moved workspace) as that folder; anything else (a hub id, an absolute path, a path from the working
+        directory) as given."""
+        if not os.path.isabs(model) and (self.root / model).is_dir():
+            return str(self.root / model)
+        return model
+
+    def model_name(self, model: str) -> str:
+        """How a model of this workspace is named in the ledger, the stats and the scores: a folder inside the
+        workspace by its path relative to the root (``model_path`` loads it back), anything else as given.
+
+        >>> Workspace(Path("/ws")).model_name("/ws/runs/a/sft/final"), Workspace(Path("/ws")).model_name("Qwen/Q")
+        ('runs/a/sft/final', 'Qwen/Q')
+        """
+        path = Path(model)
+        if path.is_absolute() and path != self.root and path.is_relative_to(self.root):
+            return str(path.relative_to(self.root))
+        return model
+
     def embeddings_dir(self, encoder: str) -> Path:
         return self.root / "cache" / "embeddings" / S.slug(encoder)
 

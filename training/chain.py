@@ -114,6 +114,15 @@ class Run:
         models of its RL stages, the selection and curriculum ``measure`` builds), so two runs never share them."""
         return f"{self.run_dir.name}-{hashlib.sha256(str(self.run_dir).encode()).hexdigest()[:8]}"
 
+    def measured_model(self, model: str) -> str:
+        """The name ``measure`` and CoScale's re-measure give ``model`` in the pool's ledger, stats and scores:
+        its path relative to the workspace (``Workspace.model_name``: ``runs/<run>/sft/final``), so a moved workspace
+        keeps writing and reading the same ledger folder; a model whose ledger folder exists under its absolute
+        path (a measure begun before this rule) keeps that name."""
+        if self.ws.ledger_dir(self.recipe.pool, model).is_dir():
+            return model
+        return self.ws.model_name(model)
+
     def ledger_model(self, stage_dir: Path) -> str:
         """The ledger model name of an RL stage of this run (``<run>-<hash>-<stage>``)."""
         return f"{self.tag}-{Path(stage_dir).name}"

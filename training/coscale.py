@@ -36,7 +36,7 @@ def coscale_measure(run: Run, state: ChainState) -> ChainState:
     name = f"it{state.iteration}:measure"
     chain = run.chain()
     if chain.note("coscale", name) is None:
-        crecipe = curate_recipe(run.recipe, "rollout", rollout_section(run.recipe, state.model))
+        crecipe = curate_recipe(run.recipe, "rollout", rollout_section(run.recipe, run.measured_model(state.model)))
         result = pipeline.run_stage("rollout", run.ws, crecipe).to_dict()
         chain.note("coscale", name, {"model": state.model, "wall_s": result["wall_s"], "summary": result["summary"]})
         run.echo(f"[chain] {name}: rollouts of {state.model} [{result['wall_s']:.0f} s]")
@@ -61,7 +61,7 @@ def coscale_solutions(run: Run, state: ChainState) -> ChainState:
     folder = run.coscale_dir(state.iteration)
     lineage = chain.lineage or chain_lineage(run)
     selection = Path(lineage["selection"]).parent.name if lineage.get("selection") else None
-    section = solutions_section(run.recipe, state.model, state.iteration, selection)
+    section = solutions_section(run.recipe, run.measured_model(state.model), state.iteration, selection)
     crecipe = curate_recipe(run.recipe, "solutions", section)
     result = pipeline.run_stage("solutions", run.ws, crecipe).to_dict()
     pools = pl.read_parquet(run.ws.table(run.recipe.pool, "solution_pools"))

@@ -295,7 +295,7 @@ def measure(run: Run, state: ChainState) -> ChainState:
     t0 = time.perf_counter()
     name = measured_name(run)
     record: dict[str, Any] = {"model": state.model, "curriculum": name}
-    sections = measure_sections(run.recipe, state.model, name)
+    sections = measure_sections(run.recipe, run.measured_model(state.model), name)
 
     def run_curate(stage: str) -> None:
         result = pipeline.run_stage(stage, run.ws, curate_recipe(run.recipe, stage, sections[stage])).to_dict()

@@ -69,7 +69,9 @@ BACKENDS = ("hf", "vllm", "openai")
 class RolloutConfig:
     """One rollout job (recipe key ``rollout``; answer-checking settings come from the recipe's ``verify``).
 
-    model: HF id or local path (for ``openai``: the served model name). revision: pin a hub revision.
+    model: HF id or local path (for ``openai``: the served model name); a relative path that exists under the
+    workspace root is loaded from there (``Workspace.model_path``: a training run's models keep their ledger name
+    when the workspace moves). revision: pin a hub revision.
     n: samples per problem (sample_idx 0..n-1; raising n later adds only the new indices).
     temperature / top_p / max_tokens / seed: sampling, recorded on every ledger row; temperature 0 is greedy.
     instruction: appended to the problem in the user turn of the chat template.
@@ -405,10 +407,11 @@ def _generate_shard(
         for i in shard.items
     ]
     t0 = time.perf_counter()
-    load_backend(cfg)
+    loadable = cfg if cfg.backend == "openai" else dataclasses.replace(cfg, model=ws.model_path(cfg.model))
+    load_backend(loadable)
     timings["load_s"] = timings.get("load_s", 0.0) + time.perf_counter() - t0
     t0 = time.perf_counter()
-    completions = generate(cfg, requests, on_done)
+    completions = generate(loadable, requests, on_done)
     t1 = time.perf_counter()
     want = {(i.problem_id, s) for i in shard.items for s in i.sample_idxs}
     got = [(c.problem_id, c.sample_idx) for c in completions]

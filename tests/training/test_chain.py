@@ -42,6 +42,17 @@ def test_a_changed_recipe_on_a_finished_run_is_refused_and_its_records_stay(tmp_
     assert json.loads((other.run_dir / "recipe.json").read_text())["seed"] == 1
 
 
+def test_measured_models_are_named_relative_to_the_workspace_and_an_old_absolute_name_is_kept(tmp_path):
+    """``measure`` names the SFT model in the ledger by its workspace-relative path (a moved workspace keeps the
+    name); a measure begun under the old rule (a ledger folder named after the absolute path) goes on there."""
+    run = open_run(recipe_from_mapping(RECIPE), home=tmp_path)
+    sft = str(run.run_dir / "sft" / "final")
+    assert run.measured_model(sft) == f"runs/{run.run_dir.name}/sft/final"
+    assert run.measured_model("Qwen/Qwen2.5-Math-1.5B") == "Qwen/Qwen2.5-Math-1.5B"
+    run.ws.ledger_dir(run.recipe.pool, sft).mkdir(parents=True)
+    assert run.measured_model(sft) == sft
+
+
 def test_a_second_writer_of_a_run_folder_waits_then_gives_up_naming_the_holder(tmp_path, monkeypatch, capsys):
     import yaml
 

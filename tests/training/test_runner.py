@@ -261,7 +261,7 @@ def test_coscale_iteration_remeasures_adds_sft_on_unsolvable_and_trains_rl_on_so
     assert [d["after"] for d in summary["decisions"]] == ["rl:stage1", "it1:rl:stage1"]
     [pools] = [note["pools"] for note in summary["coscale"] if note["name"] == "it1:solutions"]
     assert pools.get("solvable", 0) > 0 and pools.get("unsolvable", 0) > 0
-    measured = ledger.read(io.Workspace(home), "t", str(run_dir / "rl" / "01-stage1" / "final"))
+    measured = ledger.read(io.Workspace(home), "t", "runs/cs/rl/01-stage1/final")  # named relative to the workspace
     assert measured["problem_id"].n_unique() == 30  # the trained model's own rollouts, decide.rollout.limit
     snapshot = pl.read_parquet(run_dir / "coscale/it1/solution_pools.parquet")
     solvable = set(snapshot.filter(pl.col("coscale_pool") == "solvable")["problem_id"])
@@ -305,7 +305,10 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     summary = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)
     run_dir = Path(summary["run_dir"])
     sft_model = str(run_dir / "sft" / "final")
-    measured = ledger.read(io.Workspace(home), "t", sft_model)
+    # the SFT model's ledger is named relative to the workspace, so a moved workspace keeps it (issue 30.10)
+    names = [p.name for p in (home / "pools" / "t" / "rollouts").iterdir()]
+    assert "runs__m__sft__final" in names and not [n for n in names if tmp_path.name in n], names
+    measured = ledger.read(io.Workspace(home), "t", "runs/m/sft/final")
     problems = pl.read_parquet(home / "pools" / "t" / "problems.parquet")
     rl_ids = set(problems.filter(pl.col(S.SOURCE) == "t/rl")[S.PROBLEM_ID])
     assert set(measured[S.PROBLEM_ID]) == rl_ids and measured.height == 2 * len(rl_ids)  # n=2, the RL source only
@@ -334,7 +337,7 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     assert gain["temperature"] == 0.6 and set(gain["at_temperature"]) == {"1.0"} and gain["by"]
     assert (run_dir / "evals" / "rl_stage1@T1.parquet").is_file()
     again = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)  # measure is not run again
-    assert ledger.read(io.Workspace(home), "t", sft_model).height == measured.height
+    assert ledger.read(io.Workspace(home), "t", "runs/m/sft/final").height == measured.height
     assert [s["step"] for s in again["steps"]] == [s["step"] for s in summary["steps"]]
     # An arm from this run's SFT model (bench/bench_methods.py's shape): no `sft`, `measure` measures the starting
     # model, reusing its rollouts already in the ledger; a random subset; the borrowed model's card is left alone.
@@ -344,7 +347,7 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     assert [s["step"] for s in other["steps"]] == ["init", "rl:stage1"]
     [note] = json.loads((tmp_path / "arm" / "chain.json").read_text())["notes"]["measure"]
     assert note["model"] == sft_model and note["select"]["by"] == "random" and note["select"]["selected"] == 10
-    assert ledger.read(io.Workspace(home), "t", sft_model).height == measured.height  # nothing sampled again
+    assert ledger.read(io.Workspace(home), "t", "runs/m/sft/final").height == measured.height  # nothing sampled again
     assert json.loads((tmp_path / "arm" / "rl" / "01-stage1" / "config.json").read_text())["model"] == sft_model
     assert (Path(sft_model) / "README.md").read_bytes() == card
     # An SFT-only run (bench/bench_curation.py's baselines): no curriculum, SFT continued for a set number of steps

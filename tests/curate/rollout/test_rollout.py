@@ -119,6 +119,28 @@ def test_hf_rollout_ledger_and_stats(ws, tiny):
     assert_frame_equal(led4.filter(pl.col(S.SAMPLE_IDX) < 2).drop(S.RUN_ID), led.drop(S.RUN_ID))
 
 
+def test_a_model_inside_the_workspace_keeps_its_ledger_when_the_workspace_moves(tmp_path, tiny, monkeypatch):
+    """A training run's model is named by its path relative to the workspace (``Workspace.model_name``) and loaded
+    from there (``model_path``): the ledger folder no longer carries the machine's absolute path, and a moved
+    workspace finds its rollouts instead of sampling them again under another name (issue 30.10)."""
+    import shutil
+
+    path, problems = tiny
+    ws = io.Workspace.resolve(tmp_path / "a" / "ws")
+    make_pool(ws, problems[:4])
+    shutil.copytree(path, ws.root / "runs" / "r" / "sft" / "final")
+    monkeypatch.chdir(tmp_path)  # not the workspace: the relative name is resolved against the workspace root
+    name = ws.model_name(str(ws.root / "runs" / "r" / "sft" / "final"))
+    assert name == "runs/r/sft/final"
+    first = rollout.rollout(ws, POOL, config(name))
+    assert first.summary["samples_generated"] == 8
+    assert [p.name for p in ws.ledger_dir(POOL).iterdir()] == ["runs__r__sft__final"]
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    moved = io.Workspace.resolve(tmp_path / "b" / "ws")
+    again = rollout.rollout(moved, POOL, config(moved.model_name(str(moved.root / "runs/r/sft/final"))))
+    assert again.summary["samples_generated"] == 0 and ledger.read(moved, POOL, name).height == 8
+
+
 def test_same_config_same_rows_and_test_split_skipped(ws, tiny, tmp_path):
     path, problems = tiny
     make_pool(ws, problems[:6])
