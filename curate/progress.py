@@ -7,15 +7,24 @@ Library code calls these; only the CLI decides whether ``progress`` is on.
 
 ``advance(n, description=None, **counters)``: ``n`` more units done; ``description`` replaces the label (a step
 name); each extra counter (e.g. ``tokens=412``) is summed and shown as a rate (``tokens/s``).
+
+``status_file(path, **fields)``: while a block runs, ``path`` (JSON) says what the process is doing: the fields (a
+training run's step), its pid, and the done/total, rate and time left of the bar running inside the block, so
+another process can tell how far a long step is (``training show`` on a running run). ``set_status(**fields)``
+adds fields (the log of a step's subprocess).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import socket
 import sys
 import time
 from collections.abc import Iterator
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 from rich.console import Console
 from rich.markup import escape
@@ -53,7 +62,71 @@ def _noop(n: int = 1, description: str | None = None, **counters: int) -> None:
     return None
 
 
-def _duration(seconds: float) -> str:
+_STATUS: dict[str, Any] = {"path": None, "fields": {}, "written": 0.0}  # one status file per process at a time
+STATUS_EVERY_S = 2.0  # a bar rewrites the status file at most this often
+
+
+@contextlib.contextmanager
+def status_file(path: str | os.PathLike, **fields: Any) -> Iterator[None]:
+    """While the block runs, ``path`` holds ``fields``, this process's pid, the start time and the running bar's
+    progress (module docstring); removed when the block ends, so a file left behind names work that was killed."""
+    previous = dict(_STATUS)
+    here = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time()}
+    _STATUS.update(path=Path(path), fields={**fields, **here}, written=0.0)
+    _write_status(None)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            Path(path).unlink()
+        _STATUS.clear()
+        _STATUS.update(previous)
+
+
+def set_status(**fields: Any) -> None:
+    """Add ``fields`` to the status file of the enclosing ``status_file`` block (nothing outside one)."""
+    if _STATUS["path"] is not None:
+        _STATUS["fields"].update(fields)
+        _write_status(None)
+
+
+def read_status(path: str | os.PathLike) -> dict[str, Any] | None:
+    """A status file's content, None when absent or unreadable (being replaced, or damaged)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _write_status(bar_state: dict[str, Any] | None, force: bool = True) -> None:
+    path = _STATUS["path"]
+    now = time.time()
+    if path is None or (not force and now - _STATUS["written"] < STATUS_EVERY_S):
+        return
+    _STATUS["written"] = now
+    payload = {**_STATUS["fields"], "updated_at": now, **({"bar": bar_state} if bar_state else {})}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(OSError):  # a status the run cannot write (a full disk) must not stop the run
+        tmp.write_text(json.dumps(payload, default=str), encoding="utf-8")
+        os.replace(tmp, path)
+
+
+def _bar_state(description: str, done: int, total: int | None, unit: str, elapsed: float) -> dict[str, Any]:
+    """A bar as the status file holds it; ``status_line`` prints it as ``plain_line`` does."""
+    return {"description": description, "done": done, "total": total, "unit": unit, "elapsed_s": elapsed}
+
+
+def status_line(bar_state: dict[str, Any]) -> str:
+    """A status file's bar as a progress line: ``eval sft: 480/1,200 samples (3.2/s, ~3 min 45 s left)``.
+
+    >>> status_line({"description": "eval sft", "done": 480, "total": 1200, "unit": "samples", "elapsed_s": 150.0})
+    'eval sft: 480/1,200 samples (3.2/s, ~3 min 45 s left)'
+    """
+    b = bar_state
+    return plain_line(b["description"], b["done"], b.get("total"), b.get("unit", "items"), b.get("elapsed_s", 0), {})
+
+
+def duration(seconds: float) -> str:
     seconds = round(seconds)
     if seconds < 60:
         return f"{seconds} s"
@@ -71,7 +144,7 @@ def plain_line(description: str, done: int, total: int | None, unit: str, elapse
     rate = done / elapsed if elapsed > 0 else 0.0
     parts = [f"{rate:,.1f}/s"]
     if total and rate > 0:
-        parts[0] += f", ~{_duration((total - done) / rate)} left"
+        parts[0] += f", ~{duration((total - done) / rate)} left"
     parts += [f"{v / elapsed:,.0f} {k}/s" for k, v in counters.items() if elapsed > 0]
     count = f"{done:,}/{total:,}" if total else f"{done:,}"
     return f"{description}: {count} {unit} ({'; '.join(parts)})"
@@ -99,6 +172,7 @@ def bar(
     counters: dict[str, int] = {}
     if not sys.stderr.isatty():
         state = {"done": 0, "last": t0, "description": description}
+        _write_status(_bar_state(description, 0, total, unit, 0.0))
 
         def advance_plain(n: int = 1, description: str | None = None, **more: int) -> None:
             state["done"] += n
@@ -107,13 +181,15 @@ def bar(
             for k, v in more.items():
                 counters[k] = counters.get(k, 0) + v
             now = time.monotonic()
+            _write_status(_bar_state(state["description"], state["done"], total, unit, now - t0), force=False)
             if now - state["last"] >= log_every_s:
                 state["last"] = now
                 log(plain_line(state["description"], state["done"], total, unit, now - t0, counters))
 
         yield advance_plain
         elapsed = time.monotonic() - t0
-        log(f"{state['description']}: {state['done']:,} {unit} in {_duration(elapsed)}")
+        _write_status(None)
+        log(f"{state['description']}: {state['done']:,} {unit} in {duration(elapsed)}")
         return
     from rich.progress import (
         BarColumn,
@@ -149,5 +225,7 @@ def bar(
             if description:
                 fields["description"] = description
             progress.update(task, advance=n, **fields)
+            _write_status(_bar_state(progress.tasks[0].description, done, total, unit, elapsed), force=False)
 
         yield advance_rich
+    _write_status(None)

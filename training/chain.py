@@ -32,6 +32,7 @@ from typing import Any
 from curate import io
 from curate.errors import ConfigError, CurateError, InputError
 from curate.manifest import file_hash
+from curate.progress import set_status
 from training import run_folder
 from training.plan import StagePlan, plan_stages
 from training.recipe import RunRecipe, resolve_path
@@ -44,6 +45,7 @@ PINNED_RECORD = "pinned.json"  # what was copied from where, with content hashes
 STEP_LOG = "step.log"  # a training step's output, beside its run folder's files
 LOCK = "run.lock"  # one writer per run folder (``run_lock``)
 RECIPE = "recipe.json"  # the resolved recipe the run was made with
+RUNNING = "running.json"  # what a live run is doing, how far (curate.progress.status_file; ``training show``)
 # Recipe keys that change speed or placement, not results: a rerun may change them on an existing run folder.
 HARMLESS = frozenset({"home", "launch", "eval.threads", "eval.device", "sft.torch_threads", "sft.report_to",
                       "rl.report_to", "redistill.sft.torch_threads", "redistill.sft.report_to"})  # fmt: skip
@@ -248,6 +250,47 @@ def recipe_changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str =
     return out
 
 
+def running_line(run_dir: Path) -> str | None:
+    """What ``training show`` says about a run folder's live run (``RUNNING``, written by ``curate.progress.
+    status_file`` around each step): the step, how long it has run and how far it is: an evaluation's or a
+    measure's progress line (done/total, rate, time left), or a training step's last ``step N/M`` line in its
+    ``step.log``. A file whose process is gone names the step a killed run stopped in. None when nothing runs."""
+    import re
+    import socket
+
+    from curate.progress import duration, read_status, status_line
+
+    status = read_status(Path(run_dir) / RUNNING)
+    if not status or "step" not in status:
+        return None
+    pid, host = status.get("pid"), status.get("host")
+    if host in (None, socket.gethostname()) and isinstance(pid, int) and not _alive(pid):
+        return f"not running: the last run stopped during {status['step']} (pid {pid} is gone)"
+    where = f" on {host}" if host and host != socket.gethostname() else ""
+    line = f"running{where} (pid {pid}): {status['step']} for {duration(time.time() - status.get('started_at', 0))}"
+    if status.get("bar"):
+        return f"{line}; {status_line(status['bar'])}"
+    log = Path(status["log"]) if status.get("log") else None
+    if log is not None and log.is_file():
+        with log.open("rb") as f:
+            f.seek(max(0, log.stat().st_size - 65536))
+            found = re.findall(r"\b(?:sft|rl) step (\d+)/(\d+)", f.read().decode("utf-8", errors="replace"))
+        if found:
+            done, total = found[-1]
+            return f"{line}; training step {int(done):,} of {int(total):,} ({log.name}: {log})"
+    return line
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
 # ------------------------------------------------------------------------------------------------------ one step
 def run_step(spec: Mapping[str, Any], launch: list[str] | None = None) -> dict[str, Any]:
     """Run one training step in a fresh process (``python -m training.chain SPEC``, or ``<launch> -m ...`` such as
@@ -276,6 +319,7 @@ def run_step(spec: Mapping[str, Any], launch: list[str] | None = None) -> dict[s
             cmd, env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent(os.getpid()),
         )  # fmt: skip
+        set_status(log=str(log))  # ``training show`` reads the step's progress lines there
         decode = codecs.getincrementaldecoder("utf-8")(errors="replace")
         try:
             for chunk in iter(lambda: proc.stdout.read1(65536), b""):

@@ -72,6 +72,11 @@ def eval_(
     seed: Annotated[int | None, typer.Option(help="Sampling seed. [default: 0]")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda, cuda:1 ... [default: auto]")] = None,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads (0: torch's default). [default: 0]")] = None,
+    backend: Annotated[
+        str,
+        typer.Option(help="hf, vllm (GPU: pip install -e '.[gpu]') or openai (MODEL is the name a server serves)."),
+    ] = "hf",
+    base_url: Annotated[str | None, typer.Option(help="openai: its URL. [default: http://127.0.0.1:8000/v1]")] = None,
     out: Annotated[Path | None, typer.Option(help="Write the per-problem table to this Parquet file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
@@ -83,20 +88,24 @@ def eval_(
     """
     from curate import io
     from curate.errors import InputError
+    from curate.rollout.backends import OpenAIOptions
     from training.evaluate import EvalConfig, evaluate, heldout_problems
     from training.run_folder import check_model
 
-    if not model_dir.is_dir():
-        raise InputError(f"{model_dir} is not a model folder")
-    check_model(model_dir)  # no config.json, a damaged one, or damaged weights: one line
+    if backend != "openai":  # for openai, MODEL is the name a server serves the model under
+        if not model_dir.is_dir():
+            raise InputError(f"{model_dir} is not a model folder")
+        check_model(model_dir)  # no config.json, a damaged one, or damaged weights: one line
     try:
         problems = heldout_problems(home, pool, split=split, limit=limit)
     except (FileNotFoundError, ValueError) as exc:
         raise InputError(str(exc)) from exc
     given = {"k": k, "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens,
              "batch_size": batch_size, "seed": seed, "device": device, "threads": threads}  # fmt: skip
-    cfg = EvalConfig(**{key: value for key, value in given.items() if value is not None})
-    result = evaluate(model_dir, problems, cfg)
+    if base_url is not None:
+        given["openai"] = OpenAIOptions(base_url=base_url)
+    cfg = EvalConfig(backend=backend, **{key: value for key, value in given.items() if value is not None})
+    result = evaluate(model_dir, problems, cfg, progress=True)
     table = result.pop("per_problem")
     if out is not None:
         io.write_parquet(table, out)
@@ -381,8 +390,9 @@ def show(
     from training.card import read_lineage
 
     chain = run_dir / "chain.json"
-    if chain.is_file():
-        payload = json.loads(chain.read_text())
+    is_run = chain.is_file() or (run_dir / "recipe.json").is_file()  # a run still in its first steps has no chain
+    if is_run:
+        payload = json.loads(chain.read_text()) if chain.is_file() else {}
         fit = run_dir / "fit.json"
         if fit.is_file():
             payload["fit"] = json.loads(fit.read_text())
@@ -398,7 +408,7 @@ def show(
     if as_json:
         sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
         return
-    lines = _show_run(run_dir, payload) if chain.is_file() else _show_model(run_dir, payload)
+    lines = _show_run(run_dir, payload) if is_run else _show_model(run_dir, payload)
     for line in lines:
         typer.echo(line)
 
@@ -406,6 +416,7 @@ def show(
 def _show_run(run_dir: Path, payload: dict) -> list[str]:
     """``training show RUN``: the steps table, the paired gain, the fit line, the decisions, the lineage."""
     from training.card import short_path, workspace_root
+    from training.chain import running_line
     from training.scaling import summary_line
 
     run = run_dir.resolve()
@@ -417,6 +428,8 @@ def _show_run(run_dir: Path, payload: dict) -> list[str]:
         "",
         f"{'step':<{width}}  {'pass@1 ± SE':<15} {'n':>5} {'k':>3} {'wall':>8}  model",
     ]
+    if live := running_line(run):  # a run in progress: what it does now, how far
+        lines[1:1] = [live, ""]
     for s in steps:
         rate = s.get("pass_at_1")
         score = f"{rate:.3f} ± {s.get('stderr') or 0:.3f}" if isinstance(rate, int | float) else "-"

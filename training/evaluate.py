@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +36,21 @@ import polars as pl
 
 from curate import io, verify
 from curate import schema as S
+from curate.errors import ConfigError
+from curate.progress import bar
 from curate.prompts import INSTRUCTION, user_message
-from curate.rollout.backends import Completion, HFOptions, Request, Sampling, generate_hf, request_seed
+from curate.rollout.backends import (
+    Completion,
+    HFOptions,
+    OnDone,
+    OpenAIOptions,
+    Request,
+    Sampling,
+    generate_hf,
+    generate_openai,
+    request_seed,
+)
+from curate.rollout.vllm_engine import VLLMOptions
 
 
 EVAL_FILE = "eval.parquet"
@@ -52,6 +65,7 @@ EVAL_SCHEMA = pl.Schema(
     }
 )
 GenerateFn = Callable[[Sequence[Request], Sampling], list[Completion]]
+BACKENDS = ("hf", "vllm", "openai")  # curate rollout's (``curate.rollout.stage.BACKENDS``)
 
 
 @dataclass(frozen=True)
@@ -64,6 +78,10 @@ class EvalConfig:
     seed and batch size give the same completions. limit: at most this many problems (the first by problem_id).
     instruction: appended to each problem (``curate.prompts``). device / dtype / threads: the hf backend's
     (``HFOptions``). min_samples: fewer samples than this in all gives a weak-evidence warning.
+    backend: ``hf`` (transformers ``generate``, CPU or one GPU), ``vllm`` (the offline engine: the GPU recipe's
+    long answers at a fraction of the time; ``pip install -e '.[gpu]'``) or ``openai`` (a server already serving
+    the model, ``served_model`` the name it serves it under; default the model as given), as ``curate rollout``;
+    ``vllm`` / ``openai``: their options (``curate.rollout``'s ``VLLMOptions`` / ``OpenAIOptions``).
     """
 
     k: int = 4
@@ -78,6 +96,14 @@ class EvalConfig:
     dtype: str = "auto"
     threads: int = 0
     min_samples: int = 200
+    backend: str = "hf"
+    vllm: VLLMOptions = field(default_factory=VLLMOptions)
+    openai: OpenAIOptions = field(default_factory=OpenAIOptions)
+    served_model: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"eval.backend must be one of {BACKENDS}, got {self.backend!r}")
 
 
 # --------------------------------------------------------------------------------------------------- problems
@@ -136,15 +162,17 @@ def evaluate(
     *,
     generate: GenerateFn | None = None,
     verify_cfg: verify.VerifyConfig = verify.DEFAULT,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """pass@1 (mean@k) of a model on ``problems`` (columns problem_id, problem, answer[, answer_alternatives]).
 
-    ``generate`` replaces the hf backend (another backend, or a stub in tests): it takes the requests and the
-    sampling settings and returns one ``Completion`` per (problem, sample index). Returns pass_at_1, stderr,
-    n_problems, k, n_samples, warning, verdict counts, truncation rate, mean completion tokens, runtime,
-    ``per_problem`` (a polars frame: problem_id, n_correct, mean, truncated, mean_tokens, scored) and ``samples``
-    (one row per sample: problem_id, sample_idx, completion, correct, verdict: what a reader inspects to see how the
-    model answers, e.g. which share finishes an arithmetic chain).
+    ``generate`` replaces the configured backend (``backend_generate``; a stub in tests): it takes the requests and
+    the sampling settings and returns one ``Completion`` per (problem, sample index). ``progress``: a progress line
+    (samples done/total, rate, time left; ``curate.progress.bar``), also in the run's status file. Returns
+    pass_at_1, stderr, n_problems, k, n_samples, warning, verdict counts, truncation rate, mean completion tokens,
+    runtime, ``per_problem`` (a polars frame: problem_id, n_correct, mean, truncated, mean_tokens, scored) and
+    ``samples`` (one row per sample: problem_id, sample_idx, completion, correct, verdict: what a reader inspects to
+    see how the model answers, e.g. which share finishes an arithmetic chain).
     """
     if cfg.k < 1:
         raise ValueError(f"k must be >= 1, got {cfg.k}")
@@ -164,13 +192,13 @@ def evaluate(
         for pid, msg in zip(ids, messages, strict=True)
     ]
     sampling = Sampling(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_new_tokens, seed=cfg.seed)
-    if generate is None:
-        opts = HFOptions(device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size, threads=cfg.threads)
+    what = f"eval {Path(model_dir).name if Path(model_dir).name != 'final' else Path(model_dir).parent.name}"
+    with bar(len(requests) * cfg.k, what, enabled=progress, unit="samples") as advance:
 
-        def generate(reqs: Sequence[Request], s: Sampling) -> list[Completion]:
-            return generate_hf(reqs, str(model_dir), s, opts)
+        def on_done(n: int, tokens: int) -> None:
+            advance(n, tokens=tokens)
 
-    completions = generate(requests, sampling)
+        completions = (generate or backend_generate(model_dir, cfg, on_done))(requests, sampling)
     by_key = {(c.problem_id, c.sample_idx): c for c in completions}
     wanted = [(pid, i) for pid in ids for i in range(cfg.k)]
     absent = [key for key in wanted if key not in by_key]
@@ -244,6 +272,31 @@ def evaluate(
         samples=samples,
     )
     return out
+
+
+def backend_generate(model_dir: str | Path, cfg: EvalConfig, on_done: OnDone | None = None) -> GenerateFn:
+    """The generation function of ``cfg.backend`` for one model: curate's ``hf``, ``vllm`` or ``openai`` backend,
+    as ``curate rollout`` uses them. vLLM's engine is released after the evaluation (the chain evaluates in its own
+    process, and the next training step needs the GPU memory); a box without vLLM gets one line saying so."""
+    model = str(model_dir)
+    if cfg.backend == "openai":
+        return lambda reqs, s: generate_openai(reqs, cfg.served_model or model, s, cfg.openai, on_done=on_done)
+    if cfg.backend == "vllm":
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise ConfigError("eval.backend vllm: vLLM is not installed (pip install -e '.[gpu]'; scripts/setup gpu)")
+        from curate.rollout import vllm_engine
+
+        def generate_vllm(reqs: Sequence[Request], s: Sampling) -> list[Completion]:
+            try:
+                return vllm_engine.generate_vllm(reqs, model, s, cfg.vllm, on_done=on_done)
+            finally:
+                vllm_engine.release_engine()
+
+        return generate_vllm
+    opts = HFOptions(device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size, threads=cfg.threads)
+    return lambda reqs, s: generate_hf(reqs, model, s, opts, on_done=on_done)
 
 
 # --------------------------------------------------------------------------------------------------- run log

@@ -95,7 +95,9 @@ class EvalSection(EvalConfig):
     ``training eval``) plus where and when.
 
     split: the pool's split to evaluate on (never the training problems). every: evaluate RL checkpoints every this
-    many steps (0: only each stage's final model). init_limit: at most this many problems for the starting model
+    many steps (0: only each stage's final model). every_limit: at most this many problems for those checkpoint
+    evaluations (None: ``limit``; a subset of the final evaluations' problems, so they still pair up): the curve
+    for the fit at a fraction of the cost. init_limit: at most this many problems for the starting model
     (None: ``limit``); a model built from scratch scores 0 and samples to ``max_new_tokens`` every time, so
     confirming that on a few problems saves minutes. by: also report pass@1 and the RL-vs-SFT gain per group of
     problems (``level``, ``difficulty``, ``subject`` or ``meta.<key>``, e.g. ``meta.ops``: the arithmetic chains'
@@ -105,6 +107,7 @@ class EvalSection(EvalConfig):
 
     split: str = "test"
     every: int = 0
+    every_limit: int | None = None
     init_limit: int | None = None
     by: str | None = None
     temperatures: list[float] = field(default_factory=list)

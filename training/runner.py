@@ -74,8 +74,10 @@ from typing import Any
 
 from curate import io
 from curate import schema as S
+from curate.progress import status_file
 from training import rl, run_folder
 from training.chain import (
+    RUNNING,
     ChainState,
     Run,
     chain_lineage,
@@ -99,23 +101,28 @@ STOP, CONTINUE = "stop", "continue"
 
 
 # --------------------------------------------------------------------------------------------------- helpers
-def _eval(model_dir: Path, run: Run, save_as: str | None = None, others: bool = True) -> dict[str, Any]:
+def _eval(
+    model_dir: Path, run: Run, save_as: str | None = None, others: bool = True, limit: int | None = None
+) -> dict[str, Any]:
     """Held-out eval of one model with the recipe's settings; ``save_as`` keeps its per-problem table in
     ``<run>/evals/<save_as>.parquet`` (what ``gain_over_sft`` pairs up); ``others``: also at ``eval.temperatures``
-    (each table ``<save_as>@T<t>.parquet``)."""
+    (each table ``<save_as>@T<t>.parquet``); ``limit``: at most this many problems (default ``eval.limit``, the
+    starting model's ``eval.init_limit``)."""
     from training.evaluate import evaluate, heldout_problems
 
     sec = run.recipe.eval
-    limit = sec.init_limit if save_as == "init" and sec.init_limit is not None else sec.limit
+    if limit is None:
+        limit = sec.init_limit if save_as == "init" and sec.init_limit is not None else sec.limit
     heldout = heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=limit)
-    result = evaluate(model_dir, heldout, sec.config(limit))
+    result = evaluate(model_dir, heldout, sec.config(limit), progress=True)
     out = {k: result[k] for k in ("pass_at_1", "stderr", "n_problems", "k", "warning") if k in result}
     if save_as is None:
         return out
     _keep_eval(result, run.run_dir / EVALS / eval_file(save_as))
     if others and save_as != "init":  # the other temperatures (a model built from scratch scores 0 at any)
         for temperature in sec.temperatures:
-            other = evaluate(model_dir, heldout, dataclasses.replace(sec.config(limit), temperature=temperature))
+            cfg = dataclasses.replace(sec.config(limit), temperature=temperature)
+            other = evaluate(model_dir, heldout, cfg, progress=True)
             _keep_eval(other, run.run_dir / EVALS / eval_file(save_as, temperature))
             out.setdefault("at_temperature", {})[str(temperature)] = {k: other[k] for k in ("pass_at_1", "stderr")}
     return out
@@ -298,7 +305,8 @@ def measure(run: Run, state: ChainState) -> ChainState:
     sections = measure_sections(run.recipe, run.measured_model(state.model), name)
 
     def run_curate(stage: str) -> None:
-        result = pipeline.run_stage(stage, run.ws, curate_recipe(run.recipe, stage, sections[stage])).to_dict()
+        crecipe = curate_recipe(run.recipe, stage, sections[stage])
+        result = pipeline.run_stage(stage, run.ws, crecipe, progress=True).to_dict()  # the rollout's progress line
         record[stage] = json.loads(json.dumps(result.get("summary") or {}, default=str))
         run.echo(f"[chain] measure: {stage} [{result['wall_s']:.0f} s]")
 
@@ -393,11 +401,12 @@ def evaluate_model(run: Run, state: ChainState) -> ChainState:
     if rl and run.recipe.eval.every:
         folder = Path(p["stage_dir"])
         compute = run_folder.stage_compute(folder)
+        every_limit = run.recipe.eval.every_limit if run.recipe.eval.every_limit is not None else run.recipe.eval.limit
         for ckpt in run_folder.checkpoints(folder / run_folder.CHECKPOINTS):
             step = run_folder.checkpoint_step(ckpt)
             if step >= p["rl_steps"]:
                 continue
-            ev = _eval(ckpt, run, save_as=checkpoint_eval(p["step"], step), others=False)
+            ev = _eval(ckpt, run, save_as=checkpoint_eval(p["step"], step), others=False, limit=every_limit)
             append_eval(run.run_dir, p["offset_step"] + step, p["offset_compute"] + compute.get(step, step), ev)
             run.echo(f"[chain]   {p['step']} step {step}: pass@1 = {ev['pass_at_1']:.3f} ± {ev['stderr']:.3f}")
     ev = _eval(Path(p["model"]), run, save_as=p["step"])
@@ -620,7 +629,8 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
                 inner["wall_s"] = time.perf_counter() - t
 
         t0, c0 = time.perf_counter(), cpu_seconds()
-        result = call(name, timed, *args)
+        with status_file(run.run_dir / RUNNING, step=name):  # what ``training show`` says while it runs
+            result = call(name, timed, *args)
         timings.append({"step": name, "wall_s": round(inner.get("wall_s", 0.0), 3),
                         "call_s": round(time.perf_counter() - t0, 3),
                         "cpu_s": round(cpu_seconds() - c0, 1)})  # fmt: skip

@@ -108,6 +108,27 @@ def load_engine(model: str, revision: str | None, opts: VLLMOptions, seed: int) 
     return LLM(**engine_kwargs(model, revision, opts, seed))
 
 
+def release_engine() -> None:
+    """Free the engine ``load_engine`` holds (its GPU memory) once a process is done sampling with it: the training
+    chain evaluates each model in its own process, between training steps that need the GPU. Best effort across
+    vLLM versions (its distributed state torn down where it exposes the calls)."""
+    import contextlib
+    import gc
+
+    load_engine.cache_clear()
+    with contextlib.suppress(Exception):
+        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+        destroy_model_parallel()
+        destroy_distributed_environment()
+    gc.collect()
+    with contextlib.suppress(Exception):
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
 def generate_vllm(
     requests: Sequence[Request],
     model: str,

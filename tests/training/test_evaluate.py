@@ -203,3 +203,111 @@ def test_pass_rate_and_paired_gain_per_group_of_problems():
     assert gains["2"]["n_problems"] == 2
     with pytest.raises(ValueError, match=r"meta\.nope"):
         groups(problems, "meta.nope")
+
+
+# --------------------------------------------------------------------------------------------------- backends
+def _openai_server(problems: pl.DataFrame, seen: list):
+    """A local OpenAI-compatible chat server (stdlib): every sample of a problem boxes its gold answer, except the
+    odd samples, which box 0. ``seen``: the status file read at each request (``curate.progress.read_status``)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    gold = {user_message(p): a for p, a in zip(problems[S.PROBLEM], problems[S.ANSWER], strict=True)}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append(body)
+            answer = gold[body["messages"][0]["content"]]
+            choices = [{"index": i, "message": {"content": f"so \\boxed{{{answer if i % 2 == 0 else 0}}}"},
+                        "finish_reason": "stop"} for i in range(body["n"])]  # fmt: skip
+            data = json.dumps({"choices": choices, "usage": {"prompt_tokens": 9, "completion_tokens": 4}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_openai_backend_scores_a_served_model_with_a_progress_line_and_status(tmp_path, monkeypatch, capsys):
+    """``eval.backend: openai`` (issue 30.11): the same backends as ``curate rollout``; the held-out evaluation
+    prints its progress (done/total, rate) and keeps the run's status file current (issue 30.8), which
+    ``training show`` reads while the run is live."""
+    from curate import progress
+    from curate.rollout.backends import OpenAIOptions
+
+    monkeypatch.setattr(progress, "STATUS_EVERY_S", 0.0)  # every batch rewrites the status file
+    problems = problems_frame(make_problems(6), split="test")
+    seen: list = []
+    status = tmp_path / "running.json"
+    server = _openai_server(problems, seen)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        cfg = EvalConfig(k=2, backend="openai", served_model="tiny-served",
+                         openai=OpenAIOptions(base_url=url, concurrency=1, max_retries=0))  # fmt: skip
+        with progress.status_file(status, step="eval sft"):
+            res = evaluate(tmp_path / "sft" / "final", problems, cfg, progress=True)
+            after = progress.read_status(status)
+    finally:
+        server.shutdown()
+    assert res["pass_at_1"] == pytest.approx(0.5) and res["n_samples"] == 12
+    assert {body["model"] for body in seen} == {"tiny-served"} and len(seen) == 6
+    assert after["step"] == "eval sft" and "bar" not in after  # the bar is done; the step still runs
+    assert not status.exists()  # the block is over
+    err = capsys.readouterr().err
+    assert "eval sft: 12 samples in" in err  # the progress line's last word (non-TTY: plain lines)
+
+
+def test_the_status_file_tracks_an_evaluation_while_it_runs(tmp_path, monkeypatch):
+    """Without a stub, ``evaluate`` generates through ``backend_generate``; each finished batch moves the status
+    file's bar (here the backend is replaced by one that reads the status file after every problem)."""
+    from curate import progress
+
+    monkeypatch.setattr(progress, "STATUS_EVERY_S", 0.0)
+    problems = problems_frame(make_problems(4), split="test")
+    status, during = tmp_path / "running.json", []
+    stub = _stub(problems, {pid: 1 for pid in problems[S.PROBLEM_ID]})
+
+    def fake_backend(model_dir, cfg, on_done):
+        def generate(requests, sampling):
+            out = []
+            for r in requests:  # one problem at a time, as a batch would finish
+                out += stub([r], sampling)
+                on_done(len(r.sample_idxs), 10)
+                during.append(progress.read_status(status)["bar"])
+            return out
+
+        return generate
+
+    monkeypatch.setattr("training.evaluate.backend_generate", fake_backend)
+    with progress.status_file(status, step="eval rl:stage1"):
+        evaluate("m", problems, EvalConfig(k=3), progress=True)
+    assert [b["done"] for b in during] == [3, 6, 9, 12] and {b["total"] for b in during} == {12}
+    assert during[0]["unit"] == "samples" and "left" in progress.status_line(during[1])
+
+
+def test_vllm_backend_without_vllm_is_one_line_and_an_unknown_backend_fails_at_load():
+    import importlib.util
+
+    from curate.errors import ConfigError
+    from training.evaluate import backend_generate
+    from training.recipe import recipe_from_mapping
+
+    if importlib.util.find_spec("vllm") is None:
+        with pytest.raises(ConfigError, match=r"vLLM is not installed \(pip install -e '\.\[gpu\]'"):
+            backend_generate("m", EvalConfig(backend="vllm"))
+    base = {"name": "r", "pool": "p", "train": "x.parquet"}
+    recipe = recipe_from_mapping({**base, "eval": {"backend": "vllm", "vllm": {"max_model_len": 17408},
+                                                   "every_limit": 200}})  # fmt: skip
+    assert recipe.eval.config().vllm.max_model_len == 17408 and recipe.eval.every_limit == 200
+    with pytest.raises(ConfigError, match=r"eval\.backend must be one of"):
+        recipe_from_mapping({**base, "eval": {"backend": "sglang"}})
+    with pytest.raises(ConfigError, match="max_model_length"):
+        recipe_from_mapping({**base, "eval": {"vllm": {"max_model_length": 1}}})

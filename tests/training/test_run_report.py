@@ -8,6 +8,7 @@ and the tiny random-init model (CPU, seconds, no network).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import polars as pl
@@ -102,3 +103,35 @@ def test_the_chain_prints_the_fit_as_one_readable_line(tmp_path):
     assert line.startswith("[chain] fit: fit uninformative: A=0.530 [0.515, 1.000]; 4x the compute (")
     assert "tokens" in line and "{" not in line and len(line) < 300
     assert {Path(p).name for p in out["figures"]} >= {"eval.png", "training.png", "fit.png"}
+
+
+def test_show_of_a_running_run_says_what_runs_and_how_far(tmp_path, capsys):
+    """Issue 30.8: ``training show`` on a live run names the running step and its progress (an evaluation's
+    done/total, rate and time left; a training step's last ``step N/M`` line); a status left by a killed run
+    names the step it stopped in."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from training.cli import main
+
+    run = write_demo_run(tmp_path / "ws")
+    status = {"step": "eval rl:stage2", "pid": os.getpid(), "started_at": time.time() - 200,
+              "bar": {"description": "eval 02-stage2", "done": 480, "total": 1200, "unit": "samples",
+                      "elapsed_s": 150.0}}  # fmt: skip
+    (run / "running.json").write_text(json.dumps(status))
+    assert main(["show", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"running \(pid \d+\): eval rl:stage2 for 3 min 2\d s", out), out
+    assert "eval 02-stage2: 480/1,200 samples (3.2/s, ~3 min 45 s left)" in out
+    log = run / "rl" / "03-stage3" / "step.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("loading\nrl step 10/40: loss=0.1\nrl step 12/40: loss=0.09 reward=0.5\n")
+    (run / "running.json").write_text(json.dumps({**status, "step": "rl:stage3", "bar": None, "log": str(log)}))
+    assert main(["show", str(run)]) == 0
+    assert re.search(r"rl:stage3 for 3 min 2\d s; training step 12 of 40", capsys.readouterr().out)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (run / "running.json").write_text(json.dumps({**status, "pid": int(dead.stdout)}))
+    assert main(["show", str(run)]) == 0
+    assert "not running: the last run stopped during eval rl:stage2" in capsys.readouterr().out

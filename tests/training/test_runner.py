@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import polars as pl
@@ -284,8 +285,8 @@ def test_coscale_iteration_remeasures_adds_sft_on_unsolvable_and_trains_rl_on_so
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # three chains (measured, an arm, SFT only): ~2.5 minutes alone, more on a busy box
-def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_curriculum(tmp_path):
+@pytest.mark.timeout(1800)  # three chains (measured, an arm, SFT only): ~2.5 minutes alone, x4 at load 8 and more
+def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_curriculum(tmp_path, capfd):
     """``measure``: after SFT, curate rollout of the SFT model over the RL source only, score with those rollouts as
     the evidence, select and build the recipe's curriculum from them, pin it, and train RL on it; recorded in the
     chain and the lineage, skipped on a re-run."""
@@ -305,6 +306,9 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     summary = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)
     run_dir = Path(summary["run_dir"])
     sft_model = str(run_dir / "sft" / "final")
+    err = capfd.readouterr().err  # the long steps print progress (issue 30.8): measure's rollout, each evaluation
+    assert re.search(r"rollout runs/m/sft/final: \d+ samples in", err) and re.search(r"eval sft: 4 samples in", err)
+    assert not (run_dir / "running.json").exists()  # the status file lives only while a step runs
     # the SFT model's ledger is named relative to the workspace, so a moved workspace keeps it (issue 30.10)
     names = [p.name for p in (home / "pools" / "t" / "rollouts").iterdir()]
     assert "runs__m__sft__final" in names and not [n for n in names if tmp_path.name in n], names
