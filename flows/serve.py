@@ -1,9 +1,10 @@
 """Serve the curation and training deployments from this process: ``python -m flows.serve``.
 
 The same deployments as ``prefect.yaml`` (names, schedule, parameters), without a work pool or worker: the
-serving process polls the API for scheduled or triggered runs and executes them itself. Use it against a local
-server (``PREFECT_API_URL=http://127.0.0.1:4200/api``); with no server configured Prefect starts an ephemeral one
-that lives only as long as this process (no UI to look at, but runs still happen).
+serving process polls the API for scheduled or triggered runs and executes them itself. It needs a server
+(``PREFECT_API_URL=http://127.0.0.1:4200/api``): with none configured Prefect would start a temporary one inside
+this process, which runs no scheduler, so the nightly run would never be created; it stops with one line instead
+(``flows.steps.require_api_server``).
 
 - ``curate-dataset/demo-nightly``: the demo recipe, every day at 03:00 UTC.
 - ``curate-dataset/demo-select``: on demand; re-scores and re-selects with editable overrides.
@@ -29,6 +30,7 @@ from typing import Any
 from prefect.schedules import Cron
 
 from flows.curation import curate_dataset
+from flows.steps import require_api_server
 from flows.training import train_chain
 
 
@@ -125,6 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=1, help="Flow runs executed at the same time (default 1).")
     parser.add_argument("--training-recipe", default=TINY_RECIPE, help=f"Recipe of {TINY_CHAIN} ({TINY_RECIPE}).")
     args = parser.parse_args(argv)
+    require_api_server("`python -m flows.serve`")  # a temporary server would never schedule the nightly run
     serve(args.recipe, args.limit, args.training_recipe)
 
 

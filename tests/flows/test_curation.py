@@ -243,17 +243,23 @@ def test_prefect_yaml_and_flows_serve_declare_the_same_deployments():
     assert spec["pull"] == [{"prefect.deployments.steps.set_working_directory": {"directory": "."}}]
 
 
-def test_the_deploy_step_requires_an_api_server():
+def test_the_deploy_step_requires_an_api_server(monkeypatch):
     """``prefect.yaml``'s build step: no API server configured -> one line (SystemExit), else the URL."""
     import yaml
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
+    from flows import serve
     from flows.steps import require_api_server
 
     spec = yaml.safe_load((Path(__file__).parents[2] / "prefect.yaml").read_text(encoding="utf-8"))
     assert {"flows.steps.require_api_server": {}} in spec["build"]
     with temporary_settings(updates={PREFECT_API_URL: None}), pytest.raises(SystemExit, match="PREFECT_API_URL"):
         require_api_server()
+    # serving the same deployments without a server: its temporary one never schedules the nightly run either
+    # (measured: 0 scheduled runs after 100 s, where a real server lists 3 within a minute)
+    monkeypatch.setattr(serve, "serve", lambda *a: pytest.fail("served on a temporary server"))
+    with temporary_settings(updates={PREFECT_API_URL: None}), pytest.raises(SystemExit, match=r"flows\.serve` would"):
+        serve.main([])
     with temporary_settings(updates={PREFECT_API_URL: "http://127.0.0.1:4200/api"}):
         assert require_api_server() == {"api_url": "http://127.0.0.1:4200/api"}
 
