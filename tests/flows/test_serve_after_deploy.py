@@ -130,7 +130,7 @@ def test_sigterm_of_flows_curation_stops_the_temporary_api_server(tmp_path):
             )
             children = _children(proc.pid)
             proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
+            proc.wait(patience(60))
         finally:
             for pid in [proc.pid, *children]:
                 with contextlib.suppress(ProcessLookupError):
