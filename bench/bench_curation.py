@@ -84,7 +84,7 @@ def baseline_steps(home: Path, seed: int) -> int:
 def measured(home: Path, seed: int) -> tuple[str, str]:
     """The curated run's ``measure``: the ledger model its rollouts went to, and the selection it made."""
     note = json.loads((run_dir(home, "curated", seed) / "chain.json").read_text())["notes"]["measure"][0]
-    return note["model"], note["select"]["selection"]
+    return note.get("ledger_model", note["model"]), note["select"]["selection"]  # the ledger's name for the model
 
 
 EXTRA: dict[str, list[str]] = {"all": [], "raw": [], "curated": []}  # --set / --raw-set / --curated-set items

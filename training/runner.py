@@ -301,8 +301,9 @@ def measure(run: Run, state: ChainState) -> ChainState:
         return state
     t0 = time.perf_counter()
     name = measured_name(run)
-    record: dict[str, Any] = {"model": state.model, "curriculum": name}
-    sections = measure_sections(run.recipe, run.measured_model(state.model), name)
+    ledger_model = run.measured_model(state.model)
+    record: dict[str, Any] = {"model": state.model, "ledger_model": ledger_model, "curriculum": name}
+    sections = measure_sections(run.recipe, ledger_model, name)
 
     def run_curate(stage: str) -> None:
         crecipe = curate_recipe(run.recipe, stage, sections[stage])
@@ -591,6 +592,15 @@ def run_chain(
         return _run_steps(run, call, curate)
 
 
+def _echo_zero_variance(run: Run, waste: Mapping[str, Any]) -> None:
+    """The run's zero-variance line: ``measure``'s forecast beside what RL met (nothing before any RL group)."""
+    if waste["observed"] is None:
+        return
+    forecast = waste["forecast"]
+    said = f"forecast {forecast['share']:.3f} ± {forecast['stderr']:.3f} (measure), " if forecast else ""
+    run.echo(f"[chain] zero-variance groups: {said}observed {waste['observed']:.3f} over {waste['groups']} RL groups")
+
+
 def _rl_passes(run: Run, step: Call, state: ChainState) -> ChainState:
     """The RL stages in order (the run's pinned curriculum), each evaluated and, with ``decide``, decided on; then
     CoScale iterations while ``decide.coscale_iterations`` allows."""
@@ -670,11 +680,7 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
     if gain is not None:
         _echo_gain(run, gain)
     waste = zero_variance(run)
-    if waste["observed"] is not None:
-        forecast = waste["forecast"]
-        said = f"forecast {forecast['share']:.3f} ± {forecast['stderr']:.3f} (measure), " if forecast else ""
-        run.echo(f"[chain] zero-variance groups: {said}observed {waste['observed']:.3f} over {waste['groups']} "
-                 "RL groups")  # fmt: skip
+    _echo_zero_variance(run, waste)
     wall = round(time.perf_counter() - t_run, 1)
     extra = {"wall_s": wall, "timings": timings, "gain_over_sft": gain, "zero_variance": waste}
     return step("summary", write_summary, run, state, fit, extra)

@@ -320,6 +320,7 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     chain = json.loads((run_dir / "chain.json").read_text())
     [note] = chain["notes"]["measure"]
     assert note["model"] == sft_model and note["select"]["selected"] == 10
+    assert note["ledger_model"] == "runs/m/sft/final"  # what bench_curation's RFT arm reads the rollouts by
     assert note["score"]["evidence"] == "ledger" and note["score"]["pass_rate_source"]["blend"] == len(rl_ids)
     shard = pl.read_parquet(run_dir / "data" / "curriculum" / "stage1.parquet")
     assert set(shard[S.PROBLEM_ID]) <= rl_ids  # RL trains on the measured candidates, from the run's own copy
