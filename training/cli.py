@@ -238,10 +238,10 @@ def sft(
     """Supervised fine-tuning (TRL SFTTrainer, completion-only loss); re-running resumes or skips.
 
     Settings (--config YAML, --set key=value; a training recipe's sft: keys, a misspelled one fails with a
-    suggestion): model, learning_rate, epochs, per_device_batch_size, gradient_accumulation_steps, max_length (longer
-    rows are quarantined, not truncated), lr_scheduler, warmup_ratio, weight_decay, seed, save_steps,
-    save_total_limit, packing (needs flash-attention), dtype, bf16, gradient_checkpointing, torch_threads,
-    logging_steps, report_to.
+    suggestion): model, learning_rate, epochs, max_steps (set, it wins over epochs), per_device_batch_size,
+    gradient_accumulation_steps, max_length (longer rows are quarantined, not truncated), lr_scheduler,
+    warmup_ratio, weight_decay, seed, save_steps, save_total_limit, packing (needs flash-attention), dtype, bf16,
+    gradient_checkpointing, torch_threads, logging_steps, report_to.
     """
     from training.sft import load_config, train_sft
 

@@ -105,7 +105,7 @@ def test_the_shipped_recipe_starts_from_the_packaged_model_with_a_pretrained_mod
     r = load_recipe(root / "training" / "recipes" / "smollm2-135m" / "fastcurl.yaml")
     tiny = load_recipe(root / "training" / "recipes" / "tiny" / "fastcurl.yaml")
     assert r.model == "package:smollm2-135m-instruct" and r.curate_recipe == "datasets/tiny/recipe.yaml"
-    assert r.sft is not None and r.sft.recheck and r.measure is not None
+    assert r.sft is not None and r.measure is not None
     assert r.sft.learning_rate <= tiny.sft.learning_rate / 100 and r.rl.learning_rate <= tiny.rl.learning_rate / 50
     assert all(s.get("learning_rate", r.rl.learning_rate) <= r.rl.learning_rate for s in r.stages.values())
     contexts = [8192 * r.scale.context, r.eval.max_new_tokens, r.measure.rollout["max_tokens"], r.sft.max_length]

@@ -154,7 +154,7 @@ def test_one_sft_step_and_one_cispo_step_on_the_real_model(smol, tmp_path, one_t
     data = tmp_path / "sft.parquet"
     pl.DataFrame(rows).write_parquet(data)
     cfg = SFTRunConfig(learning_rate=1e-5, epochs=1.0, per_device_batch_size=2, max_length=384, warmup_ratio=0.0,
-                       gradient_checkpointing=False, torch_threads=1, recheck=True, logging_steps=1)  # fmt: skip
+                       gradient_checkpointing=False, torch_threads=1, logging_steps=1)  # fmt: skip
 
     # what SFT trains on: the completion and the <|im_end|> that ends the turn, never the prompt or system prompt
     tok = AutoTokenizer.from_pretrained(folder)
