@@ -183,17 +183,24 @@ def rate(t: Any) -> float:
 
 
 def pooled(gains: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The mean of per-seed paired differences and its SE (independent seeds)."""
+    """The mean of per-seed paired differences with two errors: ``stderr``, the problems' sampling error (sqrt of the
+    summed per-seed variances / n: what the paired SE of each seed carries), and ``seed_stderr``, the spread of the
+    per-seed differences (their SD / sqrt(n)), which also holds how much the models differ from seed to seed; a
+    claim needs both."""
     if not gains:
         return None
     n = len(gains)
     mean = sum(g["gain"] for g in gains) / n
     se = math.sqrt(sum(g["stderr"] ** 2 for g in gains)) / n
-    return {"gain": mean, "stderr": se, "z": mean / se if se else 0.0, "seeds": n}
+    spread = math.sqrt(sum((g["gain"] - mean) ** 2 for g in gains) / (n - 1)) / math.sqrt(n) if n > 1 else None
+    return {"gain": mean, "stderr": se, "z": mean / se if se else 0.0, "seeds": n, "seed_stderr": spread}
 
 
 def fmt(g: dict[str, Any] | None) -> str:
-    return "-" if not g else f"{g['gain']:+.3f} ± {g['stderr']:.3f} (z {g['z']:+.1f})"
+    if not g:
+        return "-"
+    seeds = f"; over seeds ± {g['seed_stderr']:.3f}" if g.get("seed_stderr") is not None else ""
+    return f"{g['gain']:+.3f} ± {g['stderr']:.3f} (z {g['z']:+.1f}{seeds})"
 
 
 def steps_of(home: Path, arm: str, seed: int) -> dict[str, str]:
