@@ -132,10 +132,14 @@ def test_chain_runs_sft_then_two_stages_with_growing_context_and_hands_the_model
 
     home = tmp_path / "ws"
     recipe_path = write_tiny_chain(tmp_path)
-    summary = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)
+    recipe = load_recipe(recipe_path, {"eval.temperatures": "[1.0]"})
+    summary = run_chain(recipe, home=home, echo=lambda s: None)
     run_dir = Path(summary["run_dir"])
     steps = [s["step"] for s in json.loads((run_dir / "chain.json").read_text())["steps"]]
     assert steps == ["init", "sft", "rl:stage1", "rl:stage2"]
+    # the other temperature where the comparison reads it (SFT, the last stage), not at a stage another follows
+    at_one = sorted(p.name for p in (run_dir / "evals").glob("*@T1.parquet"))
+    assert at_one == ["rl_stage2@T1.parquet", "sft@T1.parquet"]
     one = json.loads((run_dir / "rl/01-stage1/config.json").read_text())
     two = json.loads((run_dir / "rl/02-stage2/config.json").read_text())
     assert one["rl"]["max_completion_length"] == 64 and two["rl"]["max_completion_length"] == 96
@@ -154,7 +158,7 @@ def test_chain_runs_sft_then_two_stages_with_growing_context_and_hands_the_model
     sft_rate = pl.read_parquet(run_dir / "evals" / "sft.parquet")["mean"].mean()
     assert gain["before"] == "sft" and gain["gain"] == pytest.approx(gain["after_rate"] - sft_rate)
     # Re-running the same command trains nothing again.
-    again = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)
+    again = run_chain(recipe, home=home, echo=lambda s: None)
     assert [s["step"] for s in again["steps"]] == steps
     # Another run of the same recipe in the same workspace (--out): its own ledger model, and the first run's
     # pinned inputs (what its cards recorded) keep their content hashes.
@@ -164,7 +168,7 @@ def test_chain_runs_sft_then_two_stages_with_growing_context_and_hands_the_model
 
     pinned = json.loads((run_dir / "data" / "pinned.json").read_text())
     other = Path(
-        run_chain(load_recipe(recipe_path), home=home, out=tmp_path / "quick", echo=lambda s: None)["run_dir"]
+        run_chain(recipe, home=home, out=tmp_path / "quick", echo=lambda s: None)["run_dir"]
     )
     models = {json.loads((r / "rl/01-stage1/summary.json").read_text())["ledger"]["model"] for r in (run_dir, other)}
     assert len(models) == 2  # one ledger model per run
