@@ -46,7 +46,7 @@ SIZES = {
     "gpu": {
         "eval.limit": 100, "eval.k": 4, "eval.batch_size": 400, "eval.every": 0,
         "measure.rollout.limit": 256, "measure.rollout.hf.batch_size": 512, "measure.select.size": 200,
-        "only_stages": "[stage1]", "stages.stage1.max_steps": 20, "rl.save_steps": 20,
+        "only_stages": "[stage1]", "stages.stage1.max_steps": 20, "rl.save_steps": 5,  # a cut run resumes
     },
     "smoke": {
         "sft.epochs": 0.0005, "sft.per_device_batch_size": 2, "sft.torch_threads": 1,
