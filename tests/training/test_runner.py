@@ -132,7 +132,7 @@ def test_chain_runs_sft_then_two_stages_with_growing_context_and_hands_the_model
 
     home = tmp_path / "ws"
     recipe_path = write_tiny_chain(tmp_path)
-    recipe = load_recipe(recipe_path, {"eval.temperatures": "[1.0]"})
+    recipe = load_recipe(recipe_path, {"eval.temperatures": [1.0]})
     summary = run_chain(recipe, home=home, echo=lambda s: None)
     run_dir = Path(summary["run_dir"])
     steps = [s["step"] for s in json.loads((run_dir / "chain.json").read_text())["steps"]]
@@ -167,9 +167,7 @@ def test_chain_runs_sft_then_two_stages_with_growing_context_and_hands_the_model
     from curate.rollout import ledger
 
     pinned = json.loads((run_dir / "data" / "pinned.json").read_text())
-    other = Path(
-        run_chain(recipe, home=home, out=tmp_path / "quick", echo=lambda s: None)["run_dir"]
-    )
+    other = Path(run_chain(recipe, home=home, out=tmp_path / "quick", echo=lambda s: None)["run_dir"])
     models = {json.loads((r / "rl/01-stage1/summary.json").read_text())["ledger"]["model"] for r in (run_dir, other)}
     assert len(models) == 2  # one ledger model per run
     for model in models:
