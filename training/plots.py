@@ -217,21 +217,6 @@ def plot_plan(run_dir: str | Path, out: str | Path | None = None) -> Path | None
     return draw(plan, out or run_dir / "plan.png", bands, trained=trained, trained_in=f"run {run_dir.name}")
 
 
-def plot_run(run_dir: str | Path, fit_cfg: Any = None) -> list[Path]:
-    """Every figure the run folder has data for: training.png, eval.png, plan.png and fit.png (the last needs at
-    least four eval points with compute > 0); returns the paths written."""
-    run_dir = Path(run_dir)
-    written = [p for p in (plot_training(run_dir), plot_eval(run_dir), plot_plan(run_dir)) if p is not None]
-    path = run_dir / "eval.parquet"
-    if path.is_file():
-        df = pl.read_parquet(path)
-        if df.filter(pl.col("compute") > 0).height >= 4:
-            cfg = fit_cfg or FitConfig()
-            fit = fit_sigmoid(df["compute"], df["pass_at_1"], cfg)
-            written.append(plot_fit(fit, run_dir / "fit.png", cfg=cfg, stderr=fit_stderr(df)))
-    return written
-
-
 def fit_stderr(df: pl.DataFrame) -> list[float] | None:
     """An eval frame's ``stderr`` in ``fit_sigmoid``'s point order (finite points sorted by compute); None without."""
     if "stderr" not in df.columns:
