@@ -36,6 +36,7 @@ import polars as pl
 
 from curate import io, verify
 from curate import schema as S
+from curate.config import placement
 from curate.prompts import INSTRUCTION, user_message
 from curate.rollout.backends import Completion, HFOptions, Request, Sampling, generate_hf, request_seed
 
@@ -74,9 +75,9 @@ class EvalConfig:
     seed: int = 0
     limit: int | None = None
     instruction: str = INSTRUCTION
-    device: str = "auto"
+    device: str = placement("auto")
     dtype: str = "auto"
-    threads: int = 0
+    threads: int = placement(0)
     min_samples: int = 200
 
 
@@ -293,13 +294,6 @@ def groups(problems: pl.DataFrame, by: str) -> pl.DataFrame:
     if all(v is None for v in values):
         raise ValueError(f"eval.by {by!r}: no problem has a value")
     return pl.DataFrame({S.PROBLEM_ID: problems[S.PROBLEM_ID], "group": [str(v) for v in values]})
-
-
-def pass_by(per_problem: pl.DataFrame, grouping: pl.DataFrame) -> dict[str, dict[str, float]]:
-    """pass@1 and problem count per group (``groups``) of one model's per-problem table."""
-    df = per_problem.filter(pl.col("scored")).join(grouping, on=S.PROBLEM_ID, how="inner")
-    rows = df.group_by("group").agg(pl.col("mean").mean().alias("pass_at_1"), pl.len().alias("n")).sort("group")
-    return {g: {"pass_at_1": p, "n": n} for g, p, n in rows.iter_rows()}
 
 
 def paired_gain_by(after: pl.DataFrame, before: pl.DataFrame, grouping: pl.DataFrame) -> dict[str, dict[str, Any]]:
