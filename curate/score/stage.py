@@ -39,17 +39,7 @@ from curate import schema as S
 from curate.embed import EmbedConfig, encoder_key
 from curate.progress import bar
 from curate.score import forecast
-from curate.score.des import (  # noqa: F401  (re-exported: the curriculum builds DES at t > 0 from these)
-    DesConfig,
-    PoolStats,
-    coscale_pool_expr,
-    des_exprs,
-    des_weights,
-    gaussian_score,
-    pool_stats,
-    time_weight,
-    update_des_weights,
-)
+from curate.score.des import DesConfig, coscale_pool_expr, des_exprs, des_weights, pool_stats, time_weight
 from curate.score.evidence import (
     ALL_EQUAL,
     N_RECENT,

@@ -16,6 +16,7 @@ from polars.testing import assert_frame_equal
 
 from curate import schema as S
 from curate.manifest import read_manifest
+from curate.score import des
 from curate.score import stage as score
 from curate.score.des import DesConfig, PoolStats
 from curate.score.evidence import EvidenceConfig, ledger_evidence, target_model
@@ -72,14 +73,14 @@ def ledger_frame(rows: list[dict]) -> pl.DataFrame:
 
 # --------------------------------------------------------------------------------------------------- DES
 def test_gaussian_score_matches_hand_values():
-    out = pl.DataFrame({"x": [1.0, 2.0, 3.0]}).select(score.gaussian_score("x", 1.0, 1.0))["x"].to_list()
+    out = pl.DataFrame({"x": [1.0, 2.0, 3.0]}).select(des.gaussian_score("x", 1.0, 1.0))["x"].to_list()
     assert out == pytest.approx([1.0, math.exp(-0.5), math.exp(-2.0)])
 
 
 def test_time_weight_and_softmax_weights():
-    assert [score.time_weight(t, 4) for t in (0, 1, 4, 9)] == [0.0, 0.25, 1.0, 1.0]
-    assert score.des_weights((0.0, 0.0, 0.0)) == pytest.approx((1 / 3, 1 / 3, 1 / 3))
-    assert score.des_weights((math.log(2.0), 0.0, 0.0)) == pytest.approx((0.5, 0.25, 0.25))
+    assert [des.time_weight(t, 4) for t in (0, 1, 4, 9)] == [0.0, 0.25, 1.0, 1.0]
+    assert des.des_weights((0.0, 0.0, 0.0)) == pytest.approx((1 / 3, 1 / 3, 1 / 3))
+    assert des.des_weights((math.log(2.0), 0.0, 0.0)) == pytest.approx((0.5, 0.25, 0.25))
 
 
 STATS = PoolStats(d_mean=0.5, d_quantile=0.9, d_std=0.2, c_mean=0.0, c_quantile=1.0, c_std=1.0)
@@ -97,7 +98,7 @@ def des_input(**cols) -> pl.DataFrame:
 
 
 def test_des_with_equal_weights_is_the_mean_of_hand_computed_components():
-    out = des_input().select(score.des_exprs(DesConfig(), 0, 10, STATS)).row(0, named=True)
+    out = des_input().select(des.des_exprs(DesConfig(), 0, 10, STATS)).row(0, named=True)
     d = math.exp(-((0.7 - 0.5) ** 2) / (2 * 0.2**2))  # 0.6065
     assert out[S.DES_D] == pytest.approx(d)
     assert out[S.DES_C] == pytest.approx(1.0)
@@ -108,10 +109,10 @@ def test_des_with_equal_weights_is_the_mean_of_hand_computed_components():
 
 def test_des_centres_move_to_the_quantile_and_reward_centre_at_the_horizon():
     row = des_input(**{S.DIFFICULTY_SCORE: [0.9], S.COT_LENGTH: [1.0], S.REWARD_EMA: [0.5]})
-    late = row.select(score.des_exprs(DesConfig(), 10, 10, STATS)).row(0, named=True)
+    late = row.select(des.des_exprs(DesConfig(), 10, 10, STATS)).row(0, named=True)
     assert late[S.DES_D] == pytest.approx(1.0) and late[S.DES_C] == pytest.approx(1.0)
     assert late[S.DES_R] == pytest.approx(1.0)
-    mid = row.select(score.des_exprs(DesConfig(), 5, 10, STATS)).row(0, named=True)
+    mid = row.select(des.des_exprs(DesConfig(), 5, 10, STATS)).row(0, named=True)
     assert mid[S.DES_D] == pytest.approx(math.exp(-(0.2**2) / (2 * 0.2**2)))  # centre 0.7
 
 
@@ -125,14 +126,14 @@ def test_reward_component_is_zero_for_zero_variance_and_rises_with_progress():
             S.LEARNING_PROGRESS: [0.0, 0.0, 0.4],
         }
     )
-    r = rows.select(score.des_exprs(DesConfig(), 0, 1, STATS))[S.DES_R].to_list()
+    r = rows.select(des.des_exprs(DesConfig(), 0, 1, STATS))[S.DES_R].to_list()
     g = math.exp(-(0.25**2) / (2 * 0.25**2))
     assert r == pytest.approx([0.0, g, min(1.0, g + 0.5 * 0.4)])
 
 
 def test_des_weights_follow_phi():
     cfg = DesConfig(phi=(10.0, -10.0, -10.0))
-    out = des_input().select(score.des_exprs(cfg, 0, 1, STATS)).row(0, named=True)
+    out = des_input().select(des.des_exprs(cfg, 0, 1, STATS)).row(0, named=True)
     assert out[S.DES] == pytest.approx(out[S.DES_D], abs=1e-6)
 
 
@@ -140,7 +141,7 @@ def test_update_des_weights_raises_the_component_that_tracks_progress():
     rng = np.random.default_rng(0)
     progress = rng.normal(size=200)
     comps = np.column_stack([progress + rng.normal(scale=0.1, size=200), rng.normal(size=200), rng.normal(size=200)])
-    phi = score.update_des_weights((0.0, 0.0, 0.0), comps, progress, lr=1.0)
+    phi = des.update_des_weights((0.0, 0.0, 0.0), comps, progress, lr=1.0)
     assert phi[0] > 0 > max(phi[1], phi[2])
 
 
@@ -173,7 +174,7 @@ def test_label_pass_rate_maps_levels_and_numeric_difficulty():
 
 def test_coscale_pools_at_the_thresholds():
     p = pl.DataFrame({S.PASS_RATE: [0.0, 0.049, 0.05, 0.5, 0.70, 0.71, 1.0]})
-    out = p.select(score.coscale_pool_expr())[S.COSCALE_POOL].to_list()
+    out = p.select(des.coscale_pool_expr())[S.COSCALE_POOL].to_list()
     assert out == ["unsolvable", "unsolvable", "solvable", "solvable", "solvable", "solved", "solved"]
 
 
