@@ -48,6 +48,28 @@ def unknown_key_error(unknown: list[str], allowed: list[str] | set[str], where: 
     return ConfigError(f"unknown key {', '.join(parts)} in {where}; allowed: {allowed}")
 
 
+PLACEMENT = "placement"  # field metadata: the setting changes where or how fast work runs, never its results
+
+
+def placement(default: Any) -> Any:
+    """A config field whose value changes where or how fast work runs (threads, device, launcher, tracker), never
+    its results: a training run folder may be reopened with another value (``training.chain.recipe_changes``)."""
+    return field(default=default, metadata={PLACEMENT: True})
+
+
+def placement_keys(cls: type, prefix: str = "") -> frozenset[str]:
+    """The dotted keys of ``cls``'s ``placement`` fields, nested config dataclasses included (``eval.threads``)."""
+    hints = typing.get_type_hints(cls)
+    out: set[str] = set()
+    for f in dataclasses.fields(cls):
+        if f.metadata.get(PLACEMENT):
+            out.add(prefix + f.name)
+        for tp in (hints[f.name], *typing.get_args(hints[f.name])):
+            if dataclasses.is_dataclass(tp):
+                out |= placement_keys(tp, f"{prefix}{f.name}.")
+    return frozenset(out)
+
+
 # --------------------------------------------------------------------------------------------------- ingest
 @dataclass(frozen=True)
 class SourceSpec:

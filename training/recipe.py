@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from curate import io
-from curate.config import apply_overrides, from_mapping, read_yaml, unknown_key_error
+from curate.config import apply_overrides, from_mapping, placement, read_yaml, unknown_key_error
 from curate.errors import ConfigError
 from training.evaluate import EvalConfig
 from training.packaged import packaged_name
@@ -186,7 +186,7 @@ class RunRecipe:
     name: str
     pool: str
     model: str = "tiny"
-    home: str | None = None
+    home: str | None = placement(None)
     seed: int = 0
     curate_recipe: str | None = None
     curriculum: str | None = None
@@ -203,7 +203,7 @@ class RunRecipe:
     fit: FitConfig = field(default_factory=FitConfig)
     decide: DecideSection | None = None
     measure: MeasureSection | None = None
-    launch: list[str] | None = None
+    launch: list[str] | None = placement(None)
 
     def __post_init__(self) -> None:
         packaged_name(self.model)  # ``package:<name>``: a known packaged model (``training.packaged``), now

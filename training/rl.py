@@ -46,7 +46,7 @@ import polars as pl
 
 from curate import io
 from curate import schema as S
-from curate.config import apply_overrides, from_mapping, parse_overrides, read_yaml
+from curate.config import apply_overrides, from_mapping, parse_overrides, placement, read_yaml
 from curate.curriculum.sampler import POLICIES, SamplerConfig
 from curate.errors import ConfigError, InputError
 from curate.manifest import file_hash
@@ -126,7 +126,7 @@ class RLConfig:
     vllm_max_model_length: int | None = None
     vllm_enable_sleep_mode: bool = False
     vllm_gpu_memory_utilization: float = 0.3
-    report_to: str = "none"
+    report_to: str = placement("none")
     ledger_model: str | None = None
 
     def __post_init__(self) -> None:

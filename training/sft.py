@@ -37,7 +37,7 @@ import polars as pl
 
 from curate import io
 from curate import schema as S
-from curate.config import from_mapping
+from curate.config import from_mapping, placement
 from curate.errors import ConfigError, InputError
 from curate.manifest import file_hash, fingerprint, read_manifest
 from training import run_folder
@@ -83,9 +83,9 @@ class SFTRunConfig:
     dtype: str = "float32"
     bf16: bool | None = None
     gradient_checkpointing: bool | None = None
-    torch_threads: int | None = None
+    torch_threads: int | None = placement(None)
     logging_steps: int = 10
-    report_to: str = "none"
+    report_to: str = placement("none")
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0 or self.epochs <= 0 or (self.max_steps is not None and self.max_steps < 1):
