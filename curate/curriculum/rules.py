@@ -17,7 +17,6 @@ Where each rule comes from (METHODS.md):
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections.abc import Sequence
@@ -222,21 +221,21 @@ def mix_schedule(t: float, total: float, floor: float = 0.2) -> float:
 def des_scores(
     pass_rate: np.ndarray, cot_length: np.ndarray, zero_variance: np.ndarray, t: float, horizon: float, cfg: DesConfig
 ) -> np.ndarray:
-    """ScalingRL's DES_t per prompt through the shared builders of ``curate.des`` (the same formulas ``curate score``
-    writes at t = 0; RECONSTRUCTED, METHODS §1.2), from the current pass rate p (d = 1 − p, r̄ = p), the CoT length
-    and the zero-variance flag (R = 0). Unknown CoT lengths (NaN) take the mean; if none is known, λ_c is 0 and
-    the other two weights are renormalized. Pool statistics are taken over the arrays given.
+    """ScalingRL's DES_t per prompt through the shared builders of ``curate.score.des`` (the same formulas
+    ``curate score`` writes at t = 0; RECONSTRUCTED, METHODS §1.2), from the current pass rate p (d = 1 − p, r̄ = p),
+    the CoT length and the zero-variance flag (R = 0). Unknown CoT lengths (NaN) take the mean; if none is known,
+    λ_c is 0 and the other weights are renormalized (``des.without_input``). Pool statistics are taken over the
+    arrays given.
     """
-    from curate.score.des import des_exprs, pool_stats
+    from curate.score.des import des_exprs, pool_stats, without_input
 
     p = np.clip(np.asarray(pass_rate, dtype=float), 0.0, 1.0)
     ell = np.asarray(cot_length, dtype=float)
     known = ~np.isnan(ell)
-    phi = tuple(cfg.phi)
     if known.any():
         ell = np.where(known, ell, ell[known].mean())
     else:
-        ell, phi = np.zeros_like(p), (phi[0], -math.inf, phi[2])
+        ell, cfg = np.zeros_like(p), without_input(cfg, S.COT_LENGTH)
     frame = pl.DataFrame(
         {S.DIFFICULTY_SCORE: 1.0 - p, S.COT_LENGTH: ell, S.REWARD_EMA: p, S.ZERO_VARIANCE: zero_variance},
         schema={
@@ -246,7 +245,7 @@ def des_scores(
             S.ZERO_VARIANCE: pl.Boolean,
         },
     )
-    exprs = des_exprs(dataclasses.replace(cfg, phi=phi), t, horizon, pool_stats(frame, cfg.quantile), None)
+    exprs = des_exprs(cfg, t, horizon, pool_stats(frame, cfg.quantile), None)
     return frame.select(exprs[-1])[S.DES].to_numpy()
 
 

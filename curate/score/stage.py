@@ -17,12 +17,7 @@ What is whose (METHODS.md §1-§4):
 - CoScale-RL pools (unsolvable < 5% <= solvable <= 70% < solved) are the paper's thresholds [MOON]; ScaleRL's
   zero-variance and No-Positive-Resampling (pass rate >= 0.9) flags are the paper's rules [SRL §3.2].
 
-Example row of ``scores`` (t = 0, equal weights)::
-
-    {"problem_id": "3f9c0a1b2c4d5e6f", "run": "default", "pass_rate": 0.45, "pass_rate_source": "blend",
-     "difficulty_score": 0.55, "cot_length": 0.3, "cot_source": "ledger", "reward_ema": 0.5, "des_d": 0.97,
-     "des_c": 0.96, "des_r": 0.61, "des": 0.85, "cluster": 12, "coscale_pool": "solvable", "zero_variance": False,
-     "solved": False, "contaminated": False, "duplicate_of": None, "prompt_chars": 212}
+An example row of ``scores`` is in ``curate.schema`` (``SCORES``).
 """
 
 from __future__ import annotations
@@ -39,7 +34,16 @@ from curate import schema as S
 from curate.embed import EmbedConfig, encoder_key
 from curate.progress import bar
 from curate.score import forecast
-from curate.score.des import DesConfig, coscale_pool_expr, des_exprs, des_weights, pool_stats, time_weight
+from curate.score.des import (
+    DesConfig,
+    constant_terms,
+    coscale_pool_expr,
+    des_exprs,
+    des_weights,
+    pool_stats,
+    reduced_note,
+    time_weight,
+)
 from curate.score.evidence import (
     ALL_EQUAL,
     N_RECENT,
@@ -298,28 +302,12 @@ def score_frame(
     return out, report
 
 
-DES_TERMS = (("difficulty", S.DES_D), ("CoT length", S.DES_C), ("reward", S.DES_R))
-
-
-def constant_terms(scores: pl.DataFrame, tol: float = 1e-9) -> list[str]:
-    """The DES terms that take one value over the scored problems (they carry no ranking signal there)."""
-    if scores.height < 2:
-        return []
-    return [name for name, col in DES_TERMS if float(scores[col].max() - scores[col].min()) <= tol]
-
-
 def des_warnings(scores: pl.DataFrame) -> list[str]:
-    """What DES is reduced to when some of its terms are constant, and why (issue 11: without rollouts or
-    difficulty labels, pass rate, difficulty and reward are the same for every problem and DES ranks by length)."""
-    constant = constant_terms(scores)
-    if not constant:
+    """What DES is reduced to when some of its terms are constant, and why (``des.reduced_note``), with the pass
+    rate's reason when it is the same for every problem."""
+    text = reduced_note(scores)
+    if text is None:
         return []
-    varying = [name for name, _ in DES_TERMS if name not in constant]
-    text = f"DES terms {', '.join(constant)} are constant over the pool, so DES ranks by {' and '.join(varying)} alone"
-    if not varying:
-        text = "every DES term is constant over the pool: DES does not rank the problems at all"
-    if "CoT length" in varying and (scores[S.COT_SOURCE] == "prompt").all():
-        text += " (with no solutions and no rollouts the CoT length is the prompt length)"
     p = scores[S.PASS_RATE]
     if scores.height > 1 and float(p.max() - p.min()) <= 1e-9:
         text += (

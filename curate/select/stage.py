@@ -34,6 +34,7 @@ from curate import schema as S
 from curate.embed import EmbedConfig, encoder_key
 from curate.errors import ConfigError, InputError, MissingInput
 from curate.manifest import Manifest, read_manifest
+from curate.score import des
 from curate.stage_wrapper import StageOutput, StageResult, run_wrapped
 
 
@@ -453,7 +454,7 @@ def score_warnings(score_manifest: dict[str, Any] | None, cfg: SelectConfig) -> 
     return list((score_manifest.get("extra") or {}).get("warnings") or [])
 
 
-SCORE_DRIVEN = (S.DES, S.PASS_RATE, S.DIFFICULTY_SCORE, S.DES_D, S.DES_C, S.DES_R, S.PRIOR_PASS_RATE)
+SCORE_DRIVEN = (S.DES, S.PASS_RATE, S.DIFFICULTY_SCORE, *des.COLUMNS, S.PRIOR_PASS_RATE)
 
 
 def selection_name(cfg: SelectConfig, recipe: config.Recipe) -> str:

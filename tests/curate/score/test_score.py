@@ -137,6 +137,34 @@ def test_des_weights_follow_phi():
     assert out[S.DES] == pytest.approx(out[S.DES_D], abs=1e-6)
 
 
+def test_a_des_factor_is_one_term_of_the_table_and_reaches_every_reader(monkeypatch):
+    """A new factor is its column in ``curate.schema`` and a ``Term`` in ``curate.score.des.TERMS``: the DES columns,
+    the weights' length and the constant-term warnings follow the table, and no other module names a term's column
+    (issue 31: a factor touched seven files)."""
+    import re
+    from pathlib import Path
+
+    extra = des.Term("length", "des_l", S.PROMPT_CHARS, lambda cfg, w, stats, _: pl.col(S.PROMPT_CHARS) * 0.0 + 1.0)
+    monkeypatch.setattr(des, "TERMS", (*des.TERMS, extra))
+    assert DesConfig().phi == (0.0,) * 4
+    rows = des_input(**{S.PROMPT_CHARS: [10]}).vstack(des_input(**{S.PROMPT_CHARS: [20], S.COT_LENGTH: [1.0]}))
+    out = rows.with_columns(des.des_exprs(DesConfig(), 0, 10, STATS))
+    assert out["des_l"].to_list() == [1.0, 1.0] and out[S.DES][0] == pytest.approx((0.6065 + 1 + 1 + 1) / 4, 1e-4)
+    assert des.constant_terms(out) == ["difficulty", "reward", "length"]
+    assert "ranks by CoT length alone" in des.reduced_note(out)
+    root = Path(des.__file__).resolve().parents[2]
+    column = re.compile(r"\b(DES_[DCR]|des_[dcr])\b")
+    named = [
+        f"{path.relative_to(root)}:{i}"
+        for folder in ("curate", "training", "flows")
+        for path in sorted((root / folder).rglob("*.py"))
+        if path.name != "schema.py" and path != Path(des.__file__).resolve()
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if column.search(line)
+    ]
+    assert named == []
+
+
 def test_update_des_weights_raises_the_component_that_tracks_progress():
     rng = np.random.default_rng(0)
     progress = rng.normal(size=200)
