@@ -244,10 +244,10 @@ def shard_frame(df: pl.DataFrame, stage: str, instruction: str = prompts.INSTRUC
 
     ``prompt`` is ``curate.prompts.chat_prompt_expr(instruction)``: [{"role": "user", "content": problem +
     instruction}] (TRL's conversational layout, verl's ``prompt``), the same turn the selection's exports carry;
-    ``reward_model`` = {ground_truth, style "rule"}; ``extra_info`` = {index, problem_id, split, stage} as in a
-    verl file.
+    ``data_source``, ``ability``, ``reward_model`` and ``extra_info`` (with the stage's name) are
+    ``curate.prompts.verl_columns``, the layout of the selection's ``verl.parquet``.
     """
-    out = df.with_row_index("_i").select(
+    out = df.with_row_index(prompts.ROW_INDEX).select(
         pl.lit(stage).alias(S.CURRICULUM_STAGE),
         S.PROBLEM_ID,
         S.PROBLEM,
@@ -255,16 +255,7 @@ def shard_frame(df: pl.DataFrame, stage: str, instruction: str = prompts.INSTRUC
         S.ANSWER_ALTERNATIVES,
         pl.col(S.PASS_RATE).cast(pl.Float64),
         pl.col(S.PROMPT_CHARS).cast(pl.Int32),
-        prompts.chat_prompt_expr(instruction),
-        pl.col(S.SOURCE).alias("data_source"),
-        pl.lit("math").alias("ability"),
-        pl.struct(pl.col(S.ANSWER).alias("ground_truth"), pl.lit("rule").alias("style")).alias("reward_model"),
-        pl.struct(
-            pl.col("_i").cast(pl.Int64).alias("index"),
-            S.PROBLEM_ID,
-            S.SPLIT,
-            pl.lit(stage).alias("stage"),
-        ).alias("extra_info"),
+        *prompts.verl_columns(df, instruction, pl.col(S.SPLIT), pl.lit(stage).alias("stage")),
         DIFFICULTY_BAND,
         pl.col(S.COT_LENGTH).cast(pl.Float64),
         pl.col(S.ZERO_VARIANCE).cast(pl.Boolean),

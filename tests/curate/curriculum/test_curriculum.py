@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from curate import io, pipeline
+from curate import io, pipeline, prompts
 from curate import schema as S
 from curate.cli import main as cli_main
 from curate.config import ConfigError, recipe_from_mapping
@@ -141,6 +141,13 @@ def test_shards_load_with_datasets_and_polars(ws):
     assert row["prompt"] == [{"role": "user", "content": row[S.PROBLEM] + S.INSTRUCTION_SUFFIX}]
     assert row["reward_model"] == {"ground_truth": row[S.ANSWER], "style": "rule"}
     assert row["extra_info"]["problem_id"] == row[S.PROBLEM_ID] and row["extra_info"]["index"] == 0
+    # the selection's verl.parquet layout (curate.prompts.verl_columns), every gold form included, plus the stage
+    assert row["extra_info"]["answer_alternatives"] == row[S.ANSWER_ALTERNATIVES]
+    assert row["extra_info"]["stage"] == "stage1" and row["extra_info"]["split"] == "train"
+    source = df.select(S.PROBLEM_ID, S.PROBLEM, S.ANSWER, S.ANSWER_ALTERNATIVES, pl.col("data_source").alias(S.SOURCE))
+    verl = prompts.verl_frame(source)
+    assert verl.drop("extra_info").rows() == df.select(verl.columns).drop("extra_info").rows()
+    assert verl["extra_info"].to_list() == [{k: v for k, v in e.items() if k != "stage"} for e in df["extra_info"]]
 
     from datasets import load_dataset
 
