@@ -51,6 +51,7 @@ from curate.curriculum.sampler import POLICIES, SamplerConfig
 from curate.errors import ConfigError, InputError
 from curate.manifest import file_hash
 from training import run_folder
+from training.sft import trackers
 
 
 LOSS_TYPES = ("grpo", "dapo", "cispo")
@@ -79,7 +80,8 @@ class RLConfig:
     short_batch: what a short curriculum batch does: ``pad`` (cycle its prompts) or ``stop`` (end the stage).
     ScaleRL switches: zero_variance_filter, batch_adv_norm, prompt_level_loss, fp32_lm_head (TRL
     cast_lm_head_to_fp32, trainer side), mask_truncated_completions. use_vllm / vllm_*: TRL passthrough (GPU).
-    ledger_model: model name of the ledger rows (None: the run folder's name). report_to: TRL passthrough.
+    ledger_model: model name of the ledger rows (None: the run folder's name). report_to: the trackers
+    (``training.sft.trackers``: none, all, or comma-separated tensorboard, trackio, wandb, mlflow; checked here).
     carry_optimizer: in a chain of stages, start this stage's Adam from the previous stage's moments (its
     ``optimizer.pt``) instead of a fresh Adam, keeping this stage's learning rate and schedule (``training run``
     passes the previous stage; a first stage starts fresh).
@@ -164,6 +166,7 @@ class RLConfig:
             raise ConfigError("rl.vllm_mode must be 'colocate' or 'server'")
         if self.temperature <= 0:
             raise ConfigError("rl.temperature must be > 0")
+        trackers(self.report_to, "rl.report_to")
         if self.sampler.policy != self.policy or self.sampler.seed != self.seed:
             object.__setattr__(self, "sampler", dataclasses.replace(self.sampler, policy=self.policy, seed=self.seed))
 
@@ -379,7 +382,7 @@ def grpo_args(cfg: RLConfig, out_dir: Path, world_size: int) -> Any:
         vllm_max_model_length=cfg.vllm_max_model_length,
         vllm_enable_sleep_mode=cfg.vllm_enable_sleep_mode,
         vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-        report_to=[r.strip() for r in cfg.report_to.split(",")] if cfg.report_to != "none" else "none",
+        report_to=trackers(cfg.report_to, "rl.report_to"),
         logging_steps=1,
         save_strategy="steps",
         save_steps=cfg.save_steps,

@@ -62,8 +62,9 @@ class SFTRunConfig:
     checkpoints (resume points). packing: needs flash-attention (refused otherwise). dtype: weights when loading
     (``float32`` trains in mixed precision with ``bf16``). bf16 / gradient_checkpointing: None means on when CUDA is
     available (TRL turns both on even on CPU, where they only slow a small model down). torch_threads: CPU threads
-    (None: torch's default; 1 is often faster for tiny models on a busy machine). report_to: ``none``, ``wandb``,
-    ``tensorboard``, ... logging_steps: train-loss logging interval (the first step is always logged).
+    (None: torch's default; 1 is often faster for tiny models on a busy machine). report_to: the trackers the
+    trainer logs to (``trackers``: none, all, or comma-separated names). logging_steps: train-loss logging
+    interval (the first step is always logged).
     """
 
     model: str = ""
@@ -98,6 +99,37 @@ class SFTRunConfig:
             raise ConfigError(f"sft.dtype must be float32, bfloat16, float16 or auto, got {self.dtype!r}")
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError("sft.warmup_ratio must be in [0, 1)")
+        trackers(self.report_to, "sft.report_to")
+
+
+# Trackers a trainer can log to (transformers' ``report_to``) and the modules that must be importable for each:
+# ``pip install -e '.[trackers]'`` installs the two this project offers (tensorboard, trackio).
+TRACKERS = {"tensorboard": ("tensorboard", "tensorboardX"), "trackio": ("trackio",), "wandb": ("wandb",),
+            "mlflow": ("mlflow",)}  # fmt: skip
+
+
+def trackers(value: str, where: str = "report_to") -> str | list[str]:
+    """``report_to`` as transformers takes it: ``none``, ``all`` (every tracker installed), or a list of the
+    comma-separated trackers in ``value``, each checked when a config is built: an unknown or uninstalled tracker is
+    a ``ConfigError`` naming ``where`` (before any model loads, not when the trainer starts, minutes in). SFT and RL
+    stages both pass their setting through here."""
+    import difflib
+    import importlib.util
+
+    if value in ("none", "all"):
+        return value
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    for name in names:
+        if name not in TRACKERS:
+            close = difflib.get_close_matches(name, TRACKERS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{where}: unknown tracker {name!r}{hint}; known: none, all, {', '.join(TRACKERS)}")
+        if not any(importlib.util.find_spec(module) for module in TRACKERS[name]):
+            raise ConfigError(
+                f"{where}: {name} is not installed: pip install -e '.[trackers]' (tensorboard, trackio), "
+                f"or report_to: none"
+            )
+    return names or "none"
 
 
 def lr_schedule(name: str, warmup: float) -> str:
@@ -226,7 +258,7 @@ def build_trainer(cfg: SFTRunConfig, tokenizer: Any, rows: pl.DataFrame, output_
         save_total_limit=cfg.save_total_limit,
         logging_steps=cfg.logging_steps,
         logging_first_step=True,
-        report_to=cfg.report_to,
+        report_to=trackers(cfg.report_to, "sft.report_to"),
         model_init_kwargs=model_init_kwargs,
         dataloader_num_workers=0,
         dataloader_pin_memory=cuda,
