@@ -192,6 +192,8 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
                 errors.append(str(exc))
         raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}")
     if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):  # already built and checked (a loaded recipe handed down): taken as it is
+            return value
         if isinstance(value, str) and tp is SourceSpec:
             value = {"path": value}
         if not isinstance(value, Mapping):

@@ -131,11 +131,11 @@ def train_chain(
     recipe = load_recipe(recipe_path, overrides)
     run = open_run(recipe, home, out, echo=_log)
     logger.info("recipe %s (pool %s, part %s) into %s", recipe.name, recipe.pool, part, run.run_dir)
-    if recipe.curate_recipe and part != "training":
+    if recipe.curate is not None and part != "training":
         if runner.curation_pinned(run):
             logger.info("curation pinned: this run has started training (a run with a new name re-curates)")
         else:
-            curate_dataset(recipe_path=recipe.curate_recipe, home=str(run.ws.root))
+            curate_dataset(recipe_path=recipe.curate_recipe, home=str(run.ws.root), recipe=recipe.curate)
     if part == "curation":
         return {"run_dir": str(run.run_dir), "part": part}
     if training_pool and part == "all":

@@ -151,7 +151,7 @@ class RLConfig:
             raise ConfigError("rl.micro_batch_size must be >= 1 or null")
         if self.save_steps % self.num_iterations:
             raise ConfigError(
-                f"rl.save_steps ({self.save_steps}) must be a multiple of num_iterations ({self.num_iterations}): "
+                f"rl.save_steps ({self.save_steps}) must be a multiple of rl.num_iterations ({self.num_iterations}): "
                 "checkpoints fall between generation batches"
             )
         if self.scale_rewards not in SCALE_REWARDS:

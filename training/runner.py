@@ -90,7 +90,7 @@ from training.chain import (
 from training.coscale import coscale_measure, coscale_sft, coscale_solutions, coscale_stages
 from training.packaged import model_folder, packaged_name
 from training.plan import StagePlan, rl_step_name
-from training.recipe import RunRecipe, resolve_path
+from training.recipe import RunRecipe, resolve_path, stage_rl
 
 
 SUMMARY = "summary.json"
@@ -221,16 +221,15 @@ def curation_pinned(run: Run) -> bool:
 def curation(run: Run) -> list[dict[str, Any]]:
     """The curate recipe's stages (``curate.pipeline.run_recipe``), each skipped when its manifest is up to date;
     nothing once the run's curation is pinned (``curation_pinned``)."""
-    from curate import config as curate_config
     from curate import pipeline
 
-    if not run.recipe.curate_recipe:
+    if run.recipe.curate is None:
         return []
     if curation_pinned(run):
         run.echo("[chain] curation: pinned (this run has started training; a run with a new name re-curates)")
         return []
     t0 = time.perf_counter()
-    results = pipeline.run_recipe(curate_config.load_recipe(Path(run.recipe.curate_recipe)), run.ws)
+    results = pipeline.run_recipe(run.recipe.curate, run.ws)
     ran = [r.stage for r in results if not r.skipped]
     run.echo(f"[chain] curation: {len(results)} stage(s), ran {ran or 'none (up to date)'} "
              f"[{time.perf_counter() - t0:.0f} s]")  # fmt: skip
@@ -324,14 +323,12 @@ def rl_stage(run: Run, state: ChainState, stage: StagePlan) -> ChainState:
     t0 = time.perf_counter()
     lineage = chain_lineage(run, state.iteration)
     if run_folder.finished(folder, rl.SUMMARY) is None:
-        cfg = dict(stage.rl)
-        cfg["ledger_model"] = cfg.get("ledger_model") or run.ledger_model(folder)  # unique per run
-        if recipe.eval.every:
-            cfg.update(save_steps=recipe.eval.every, save_total_limit=None)
+        ledger = {"ledger_model": stage.rl.ledger_model or run.ledger_model(folder)}  # unique per run
+        cfg = stage_rl(stage.rl, ledger, where=f"stages.{stage.name}")
         follows_rl = state.last_stage is not None and state.model == str(Path(state.last_stage) / "final")
-        carried = Path(state.last_stage) / rl.OPTIMIZER if cfg.get("carry_optimizer") and follows_rl else None
+        carried = Path(state.last_stage) / rl.OPTIMIZER if cfg.carry_optimizer and follows_rl else None
         run_step({
-            "kind": "rl", "out": str(folder), "model": state.model, "train": str(stage.shard), "config": cfg,
+            "kind": "rl", "out": str(folder), "model": state.model, "train": str(stage.shard), "config": cfg.to_dict(),
             "home": str(run.ws.root), "pool": recipe.pool, "lineage": lineage,
             "optimizer_from": str(carried) if carried else None,
         }, recipe.launch)  # fmt: skip
@@ -629,7 +626,7 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
     # 1. curation (a damaged starting model fails first)
     if recipe.model != "tiny":
         start_model(run)
-    if curate and recipe.curate_recipe:
+    if curate and recipe.curate is not None:
         step("curation", curation, run)
     from training.evaluate import heldout_problems
 

@@ -159,6 +159,21 @@ def load_config(recipe: Recipe) -> CurriculumConfig:
     return dataclasses.replace(cfg, name=cfg.name or recipe.name, selection=selection, pool=pool)
 
 
+def stage_names(cfg: CurriculumConfig) -> list[str]:
+    """The stage names a plan of ``cfg`` can hold, known before any data: the FastCuRL preset's stages, the
+    difficulty groups of ``bins`` (a group left empty is not in the plan) or the ScalingRL epochs. A training
+    recipe checks its ``stages.<name>`` and ``only_stages`` against them when it loads."""
+    if cfg.plan == "fastcurl":
+        return [spec.name for spec in fastcurl_stages(cfg.preset)]
+    if cfg.plan == "bands":
+        return [band_name(lo, hi) for lo, hi in pairwise(cfg.bins)]
+    return [_epoch_name(t) for t in range(cfg.sampler.epochs)]
+
+
+def _epoch_name(t: int) -> str:
+    return f"epoch{t}"
+
+
 # --------------------------------------------------------------------------------------------------- pure steps
 def prompt_length(
     text: str,
@@ -400,8 +415,8 @@ def scalingrl_plan(df: pl.DataFrame, cfg: CurriculumConfig) -> tuple[list[tuple[
     for t in range(scfg.epochs):
         order = scalingrl_epoch(ids, np.arange(len(ids)), p, cot, seen, extreme, t, scfg, rng)
         entry = {
-            "stage": f"epoch{t}",
-            "split": f"epoch{t}",
+            "stage": _epoch_name(t),
+            "split": _epoch_name(t),
             "max_prompt_length": cfg.max_prompt_length,
             "max_response_length": cfg.max_response_length,
             "n": cfg.rollouts,
@@ -413,7 +428,7 @@ def scalingrl_plan(df: pl.DataFrame, cfg: CurriculumConfig) -> tuple[list[tuple[
             "explore_frac": round(mix_schedule(t, scfg.epochs, scfg.explore_floor), 4),
             "sampling_temperature": round(temperature_schedule(t, scfg.t0, scfg.gamma, scfg.t_floor), 4),
             "fresh": int(sum(not seen[pos[i]] for i in order)),
-            "init_from": "base" if t == 0 else f"epoch{t - 1}",
+            "init_from": "base" if t == 0 else _epoch_name(t - 1),
             "sampler": SamplerConfig(seed=scfg.seed).to_dict(),
         }
         seen[[pos[i] for i in order]] = True

@@ -94,6 +94,20 @@ def test_prefect_yaml_and_flows_serve_declare_the_same_training_deployments():
 
 
 @pytest.mark.slow
+def test_the_flow_reads_and_validates_each_recipe_file_once(prefect_harness, tmp_path, monkeypatch):
+    """``train-chain`` loads the training recipe and its curate recipe once and hands the typed curate recipe to the
+    ``curate-dataset`` subflow and its tasks (issue 31.6: the subflow read the file again, and each task again)."""
+    from flows.training import train_chain
+    from tests.training.test_runner import count_recipe_reads
+
+    recipe = write_tiny_chain(tmp_path)
+    reads, checks = count_recipe_reads(monkeypatch)
+    out = train_chain(recipe_path=str(recipe), home=str(tmp_path / "ws"), part="curation")
+    assert out["part"] == "curation" and (tmp_path / "ws" / "solutions" / "t" / "sft.parquet").is_file()
+    assert reads == {"train.yaml": 1, "curate.yaml": 1} and checks == {"t": 1}
+
+
+@pytest.mark.slow
 def test_a_failed_step_fails_the_run_and_publishes_what_finished(server, tmp_path):  # noqa: F811
     """A starting model that cannot be loaded (offline hub id): the sft task fails, the flow run fails with its
     error, the chain summary artifact says so, and nothing is recorded as done for the step (a re-run starts at

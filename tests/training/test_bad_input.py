@@ -125,6 +125,33 @@ def test_training_run_recipe_errors_before_any_work(tmp_path, capsys):
     assert not (tmp_path / "ws" / "runs").exists()  # nothing was written: the recipe failed before any work
 
 
+def test_what_failed_after_curation_sft_and_measure_fails_at_load_naming_the_key(tmp_path, capsys, monkeypatch):
+    """Issues 30.6 and 31.1 on the demo's recipe (its curriculum is built by ``measure``, after SFT): a misspelled
+    stage under ``stages:`` or in ``only_stages``, a tracker that is not installed, and ``eval.every`` that is not a
+    multiple of ``rl.num_iterations`` each failed minutes in (after curation, SFT and measure, or inside the first RL
+    step's process); now each is one line naming the key, before any work."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if "tensorboard" in name else real(name))
+    recipe = "training/recipes/tiny/fastcurl.yaml"
+    cases = {
+        ("stages.stage5.max_steps=1",): "unknown key 'stage5' (did you mean 'stage4'?) in stages (the stages of",
+        ("only_stages=[stage1, stag2]",): "only_stages: 'stag2' (did you mean 'stage2'?) is not a stage of",
+        ("rl.report_to=tensorboard",): "rl.report_to: tensorboard is not installed: pip install -e '.[trackers]'",
+        ("sft.report_to=tensorbord",): "sft.report_to: unknown tracker 'tensorbord' (did you mean 'tensorboard'?)",
+        ("stages.stage2.report_to=tensorboard",): "stages.stage2.report_to: tensorboard is not installed",
+        ("eval.every=5", "rl.num_iterations=2"): "eval.every (5) must be a multiple of rl.num_iterations (2)",
+        ("eval.every=4", "stages.stage3.num_iterations=3"): "eval.every (4) must be a multiple of "
+        "stages.stage3.num_iterations (3)",
+    }
+    for sets, message in cases.items():
+        args = ["run", "--recipe", recipe, "--home", str(tmp_path / "ws")]
+        assert main([*args, *(a for s in sets for a in ("--set", s))]) == 2
+        assert message in _one_line(capsys), sets
+    assert not (tmp_path / "ws").exists()  # before any work
+
+
 def test_the_multi_gpu_recipe_without_deepspeed_says_which_extra_to_install(tmp_path, capsys, monkeypatch):
     import importlib.util
     import os
