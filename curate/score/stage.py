@@ -85,7 +85,7 @@ class ScoreConfig:
 
     run: str = "default"
     evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
-    seed: int | None = None
+    seed: int = 0
     pseudo_count: float = 8.0
     min_evidence: int = 4
     prior_min_problems: int = 30
@@ -234,14 +234,14 @@ def subject_features(problems: pl.DataFrame, min_count: int = 5, max_subjects: i
 def score_frame(
     problems: pl.DataFrame,
     cfg: ScoreConfig,
-    seed: int,
     *,
     evidence: pl.DataFrame | None = None,
     embeddings: np.ndarray | None = None,
     filters: pl.DataFrame | None = None,
     step: Callable[[str], None] | None = None,
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """Score the train rows of ``problems`` (``embeddings`` aligned with its rows); returns (scores, report).
+    """Score the train rows of ``problems`` (``embeddings`` aligned with its rows; seeded by ``cfg.seed``);
+    returns (scores, report).
 
     ``evidence`` is ``ledger_evidence`` / ``stats_evidence`` output, ``filters`` is schema.FILTERS. The result is
     sorted by problem_id and has the SCORES columns followed by ``EXTRA_COLUMNS``.
@@ -260,6 +260,7 @@ def score_frame(
     x, subjects = feature_matrix(df, emb), subject_features(df)
     if subjects.shape[1]:  # the pool carries subjects: a difficulty signal the learned prior can use
         x = np.hstack([x, subjects])
+    seed = cfg.seed
     step("difficulty prior")
     df, prior_report = _difficulty(df, x, cfg, seed)
     step("CoT complexity")
@@ -477,18 +478,17 @@ def summarize(scores: pl.DataFrame, report: dict[str, Any], *, filters_present: 
 # --------------------------------------------------------------------------------------------------- I/O wrapper
 @io.pool_locked
 def score_pool(
-    ws: io.Workspace, pool: str, cfg: ScoreConfig, *, seed: int = 0, force: bool = False, progress: bool = True
+    ws: io.Workspace, pool: str, cfg: ScoreConfig, *, force: bool = False, progress: bool = True
 ) -> StageResult:
-    """Read the pool's tables, score, write ``scores.parquet`` through ``run_wrapped`` (skipped when inputs,
-    config and code are unchanged). ``cfg.seed``, when set, wins over ``seed``. Holds the pool's lock, so the
-    tables it reads and writes do not change under it."""
+    """Read the pool's tables, score with ``cfg`` (its ``seed`` too), write ``scores.parquet`` through
+    ``run_wrapped`` (skipped when inputs, config and code are unchanged). Holds the pool's lock, so the tables it
+    reads and writes do not change under it."""
     from curate.rollout.ledger import files as ledger_files
 
-    seed = seed if cfg.seed is None else cfg.seed
     problems_path = ws.require_pool(pool)
     out = ws.table(pool, "scores")
     stats_path, filters_path = ws.table(pool, "stats"), ws.table(pool, "filters")
-    conf = asdict(cfg) | {"seed": seed, "pool": pool}
+    conf = asdict(cfg) | {"pool": pool}
     if cfg.use_embeddings:  # the concrete encoder (``default`` is an alias): its clusters differ from another's
         conf["encoder_key"] = encoder_key(cfg.embed)
 
@@ -509,7 +509,7 @@ def score_pool(
         )
         with bar(4, "scoring", enabled=progress, unit="steps") as advance:
             scores, report = score_frame(
-                train, cfg, seed, evidence=evidence, embeddings=embeddings, filters=filters,
+                train, cfg, evidence=evidence, embeddings=embeddings, filters=filters,
                 step=lambda name: advance(1, description=f"scoring: {name}"),
             )  # fmt: skip
         summary = summarize(scores, report, filters_present=filters is not None) | {"evidence": evidence_from}

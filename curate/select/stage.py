@@ -86,7 +86,7 @@ class SelectConfig:
     name: str | None = None
     sources: tuple[str, ...] | None = None
     size: int | None = None
-    seed: int | None = None
+    seed: int = 0
     by: str = "des"
     min_value: float | None = None
     max_value: float | None = None
@@ -196,10 +196,9 @@ def gumbel_noise(ids: Sequence[str], seed: int) -> np.ndarray:
     return -np.log(-np.log(u))
 
 
-def select_frame(
-    candidates: pl.DataFrame, cfg: SelectConfig, seed: int
-) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
-    """Filter, apportion and sample. Returns (selection, drops [problem_id, drop_reason], report).
+def select_frame(candidates: pl.DataFrame, cfg: SelectConfig) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
+    """Filter, apportion and sample (seeded by ``cfg.seed``). Returns (selection, drops [problem_id, drop_reason],
+    report).
 
     ``candidates`` needs problem_id, split, contaminated, duplicate_of, prompt_chars, zero_variance, solved,
     cluster and the ``by`` column (see ``build_candidates``). The selection keeps every candidate column plus
@@ -224,7 +223,7 @@ def select_frame(
     sampled = 0 < size < eligible.height
     weight = sign * pl.col(S.SELECT_SCORE)
     if sampled and (cfg.temperature > 0 or column == RANDOM):
-        noise = pl.Series(_KEY, gumbel_noise(eligible[S.PROBLEM_ID].to_list(), seed))
+        noise = pl.Series(_KEY, gumbel_noise(eligible[S.PROBLEM_ID].to_list(), cfg.seed))
         scaled = weight / cfg.temperature if cfg.temperature > 0 else pl.lit(0.0)  # random at T = 0: noise alone
         eligible = eligible.with_columns((scaled + noise).alias(_KEY))
     else:
@@ -342,20 +341,18 @@ def select_pool(
     cfg: SelectConfig,
     *,
     name: str,
-    seed: int = 0,
     force: bool = False,
     progress: bool = True,
 ) -> StageResult:
-    """Read the pool, select, and write ``selections/<name>/`` through ``run_wrapped`` (skipped when inputs,
-    config and code match its manifest). ``cfg.seed``, when set, wins over ``seed``."""
+    """Read the pool, select with ``cfg`` (its ``seed`` too), and write ``selections/<name>/`` through
+    ``run_wrapped`` (skipped when inputs, config and code match its manifest)."""
     from curate.select import export
 
-    seed = seed if cfg.seed is None else cfg.seed
     problems_path = ws.require_pool(pool)
     scores_path, filters_path = ws.table(pool, "scores"), ws.table(pool, "filters")
     paths = [problems_path, scores_path, filters_path] + ([Path(cfg.scores_file)] if cfg.scores_file else [])
     out = ws.selection_dir(name)
-    conf = asdict(cfg) | {"seed": seed, "pool": pool, "name": name}
+    conf = asdict(cfg) | {"pool": pool, "name": name}
     if (cfg.clusters or 0) > 1:  # re-clusters over embeddings: record the concrete encoder
         conf["encoder_key"] = encoder_key(cfg.embed)
 
@@ -373,8 +370,8 @@ def select_pool(
             )
         candidates = build_candidates(problems, scores, filters, external)
         if cfg.clusters is not None:
-            candidates = _recluster(ws, candidates, cfg, seed, progress)
-        selection, drops, report = select_frame(candidates, cfg, seed)
+            candidates = _recluster(ws, candidates, cfg, progress)
+        selection, drops, report = select_frame(candidates, cfg)
         summary = {
             "selection": name,
             "path": str(out),
@@ -382,7 +379,7 @@ def select_pool(
             **report,
             "by": cfg.by,
             "temperature": cfg.temperature,
-            "seed": seed,
+            "seed": cfg.seed,
             "sources": dict(selection.group_by(S.SOURCE).len().sort(S.SOURCE).iter_rows()),
             "zero_variance_forecast": waste_forecast(candidates, selection, cfg),
             "warnings": _warnings(scores, filters, cfg, report) + score_warnings(read_manifest(scores_path), cfg),
@@ -410,16 +407,14 @@ def select_pool(
         return run_wrapped(ws, "select", inputs=paths, config=conf, outputs=[out], fn=work, force=force)
 
 
-def _recluster(
-    ws: io.Workspace, candidates: pl.DataFrame, cfg: SelectConfig, seed: int, progress: bool
-) -> pl.DataFrame:
+def _recluster(ws: io.Workspace, candidates: pl.DataFrame, cfg: SelectConfig, progress: bool) -> pl.DataFrame:
     """Replace ``cluster``: k-means with ``cfg.clusters`` over the train rows' embeddings (0/1: one cluster)."""
     if (cfg.clusters or 0) <= 1:
         return candidates.with_columns(pl.lit(0, pl.Int32).alias(S.CLUSTER))
     from curate import cluster
 
     train = candidates.filter(~pl.col(S.SPLIT).is_in(S.HELDOUT_SPLITS)).sort(S.PROBLEM_ID)
-    labels = cluster.kmeans_clusters(cluster.embed_pool(ws, train, cfg.embed, progress), cfg.clusters, seed)
+    labels = cluster.kmeans_clusters(cluster.embed_pool(ws, train, cfg.embed, progress), cfg.clusters, cfg.seed)
     fresh = pl.DataFrame({S.PROBLEM_ID: train[S.PROBLEM_ID], S.CLUSTER: pl.Series(labels, dtype=pl.Int32)})
     return (
         candidates.drop(S.CLUSTER)

@@ -260,12 +260,12 @@ def scored(seed: int = 0, shuffle: bool = False, **cfg):
         problems, emb = problems[order], emb[order]
     rows = ledger_rows(train_ids[0], "m", [1.0] * 8) + ledger_rows(train_ids[1], "m", [0.0, 1.0] * 4)
     evidence = ledger_evidence(ledger_frame(rows), EvidenceConfig())
-    conf = score.ScoreConfig(clusters=3, min_train=5, **cfg)
+    conf = score.ScoreConfig(clusters=3, min_train=5, seed=seed, **cfg)
     filters = pl.DataFrame(
         {S.PROBLEM_ID: [train_ids[2]], S.CONTAMINATED: [True], S.DUPLICATE_OF: [None]},
         schema_overrides={S.DUPLICATE_OF: pl.String},
     )
-    return problems, train_ids, score.score_frame(problems, conf, seed, evidence=evidence, embeddings=emb,
+    return problems, train_ids, score.score_frame(problems, conf, evidence=evidence, embeddings=emb,
                                                   filters=filters)  # fmt: skip
 
 
