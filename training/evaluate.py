@@ -37,6 +37,7 @@ import polars as pl
 from curate import io, verify
 from curate import schema as S
 from curate.config import placement
+from curate.errors import InputError
 from curate.prompts import INSTRUCTION, user_message
 from curate.rollout.backends import Completion, HFOptions, Request, Sampling, generate_hf, request_seed
 
@@ -89,11 +90,11 @@ def heldout_problems(
     ws = workspace if isinstance(workspace, io.Workspace) else io.Workspace.resolve(workspace)
     df = io.read_parquet(ws.require_pool(pool))
     if S.SPLIT not in df.columns:
-        raise ValueError(f"pool {pool!r}: problems table has no {S.SPLIT!r} column; cannot tell test from train")
+        raise InputError(f"pool {pool!r}: problems table has no {S.SPLIT!r} column; cannot tell test from train")
     have = sorted(df[S.SPLIT].drop_nulls().unique().to_list())
     df = df.filter(pl.col(S.SPLIT) == split)
     if df.is_empty():
-        raise ValueError(f"pool {pool!r} has no {split!r} problems (splits present: {have or 'none'})")
+        raise InputError(f"pool {pool!r} has no {split!r} problems (splits present: {have or 'none'})")
     cols = [c for c in (S.PROBLEM_ID, S.PROBLEM, S.ANSWER, S.ANSWER_ALTERNATIVES, S.LEVEL, S.META) if c in df.columns]
     df = df.select(cols).sort(S.PROBLEM_ID)
     return df.head(limit) if limit is not None else df

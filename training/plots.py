@@ -230,16 +230,18 @@ def read_curve(path: str | Path) -> tuple[np.ndarray, np.ndarray, Path]:
     """(compute, pass_at_1, folder) from a run folder (its ``eval.parquet``) or a CSV / Parquet file."""
     import polars as pl
 
+    from curate.errors import InputError, MissingInput
+
     path = Path(path)
     file = path / "eval.parquet" if path.is_dir() else path
     if not file.is_file():
-        raise FileNotFoundError(f"{file} not found (give a run folder with eval.parquet, or a CSV/Parquet file)")
+        raise MissingInput(f"{file} not found (give a run folder with eval.parquet, or a CSV/Parquet file)")
     from curate.io import read_rows
 
     df = read_rows(file, "eval curve to fit")
     missing = [col for col in (COMPUTE, PASS_AT_1) if col not in df.columns]
     if missing:
-        raise ValueError(f"{file}: column(s) {missing} missing; have {df.columns}")
+        raise InputError(f"{file}: column(s) {missing} missing; have {df.columns}")
     return df[COMPUTE].cast(pl.Float64).to_numpy(), df[PASS_AT_1].cast(pl.Float64).to_numpy(), file.parent
 
 

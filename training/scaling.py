@@ -50,6 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from curate.errors import InputError
+
 
 COMPUTE = "compute"
 PASS_AT_1 = "pass_at_1"
@@ -240,7 +242,7 @@ def fit_sigmoid(compute: Any, pass_at_1: Any, cfg: FitConfig = FitConfig()) -> F
     c, y = c[order], y[order]
     notes: list[str] = []
     if len(c) < 2:
-        raise ValueError(f"need at least 2 (compute, pass rate) points to fit a curve, got {len(c)}")
+        raise InputError(f"need at least 2 (compute, pass rate) points to fit a curve, got {len(c)}")
     r0 = float(cfg.r0) if cfg.r0 is not None else float(y[0])
     cmax = float(c.max())
     threshold = cfg.min_compute if cfg.min_compute is not None else cfg.skip_frac * cmax
@@ -256,7 +258,7 @@ def fit_sigmoid(compute: Any, pass_at_1: Any, cfg: FitConfig = FitConfig()) -> F
         )
     cf, yf = c[keep], y[keep]
     if len(cf) < 3:
-        raise ValueError(f"need at least 3 points with compute > 0 to fit A, B and C_mid, got {len(cf)}")
+        raise InputError(f"need at least 3 points with compute > 0 to fit A, B and C_mid, got {len(cf)}")
     if len(cf) <= 3:
         notes.append(f"only {len(cf)} points fitted for 3 parameters: the curve goes through them, no error band")
     if yf.max() <= r0:
@@ -270,7 +272,7 @@ def fit_sigmoid(compute: Any, pass_at_1: Any, cfg: FitConfig = FitConfig()) -> F
     a_grid = np.round(a_lo + cfg.a_step * np.arange(max(n_a, 0)), 10)
     a_grid = a_grid[a_grid > r0]
     if not len(a_grid):
-        raise ValueError(f"empty A grid: R0={r0} is not below a_max={cfg.a_max}")
+        raise InputError(f"empty A grid: R0={r0} is not below a_max={cfg.a_max}")
     c_pos = float(c[c > 0].min())
     m_grid = np.geomspace(c_pos / cfg.c_mid_below, cmax * cfg.c_mid_above, cfg.c_mid_points)
 

@@ -111,6 +111,32 @@ def test_training_run_checks_its_model_folder_before_curation(tmp_path, capsys):
     assert not (tmp_path / "ws" / "pools").exists()  # nothing curated: the model is checked first
 
 
+def test_every_verb_fails_through_run_app_alone(tmp_path, capsys):
+    """One home for error printing (issue 31.2): no verb catches its own errors; each user error is a ``CurateError``
+    that ``curate.console.run_app`` prints as one line with exit 2."""
+    import inspect
+
+    import training.cli
+    from curate import io
+
+    assert "except " not in inspect.getsource(training.cli)  # no `except X:` of its own
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    io.write_parquet(pl.DataFrame({"problem_id": ["a"], "problem": ["1+1"], "answer": ["2"], "split": ["train"]}),
+                     tmp_path / "ws" / "pools" / "p" / "problems.parquet")  # fmt: skip
+    (tmp_path / "one.csv").write_text("compute,pass_at_1\n1,0.5\n")
+    cases = {
+        ("init-tiny", str(tmp_path / "t"), "--size", "huge"): "tiny.size: unknown tiny model size 'huge'",
+        ("merge", str(model), str(model), "--weights", "0.5,x", "--out", str(tmp_path / "o")): "merge.weights[1]",
+        ("eval", str(model), "--pool", "p", "--home", str(tmp_path / "ws")): "pool 'p' has no 'test' problems",
+        ("fit", str(tmp_path / "one.csv"), "--no-plot"): "need at least 2 (compute, pass rate) points",
+    }
+    for args, message in cases.items():
+        assert main(list(args)) == 2
+        assert message in _one_line(capsys), args
+
+
 def test_training_run_recipe_errors_before_any_work(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: r\npool: p\nrl: {learning_rate: 1e-4\n")  # unclosed mapping
