@@ -346,7 +346,7 @@ SOLUTION_POOLS = pl.Schema(
     }
 )
 
-# Internal to curate.stats (not a stage output): per (problem_id, model) sums that merge by addition.
+# Internal to curate.rollout.stats (not a stage output): per (problem_id, model) sums that merge by addition.
 STATS_STATE = pl.Schema(
     {
         PROBLEM_ID: pl.String,

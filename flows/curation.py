@@ -22,7 +22,7 @@ Run it without any server (Prefect's ephemeral local API, SQLite)::
 
 Scale-out: with ``dask_address`` (a scheduler address such as ``tcp://10.0.0.5:8786``, or ``"local"`` for a
 ``LocalCluster`` started for the run) the rollout stage runs as plan -> one task per shard on Dask -> finalize,
-through ``curate.rollout.plan_shards / run_shard / finalize``. Math verification inside a shard runs in a process
+through ``curate.rollout.stage.plan_shards / run_shard / finalize``. Math verification inside a shard runs in a process
 pool (``curate.verify``); Dask worker *processes* are daemons by default and may not start children, so a cluster
 used for rollouts needs ``distributed.worker.daemon: false`` (``DASK_DISTRIBUTED__WORKER__DAEMON=False`` for
 ``dask worker``); the ``"local"`` cluster sets it. Workers of a remote cluster must see the workspace at the same

@@ -132,7 +132,7 @@ class DecideSection:
     rollout: ``curate rollout`` settings for re-measuring (``model`` is set to the current model; ``backend``
     defaults to ``hf``). solutions: ``curate solutions`` settings over the curate recipe's section (``student``
     and ``name`` are set per iteration; ``selection`` defaults to the curriculum's). Both are checked against
-    curate's own stage configs when the recipe loads (``training.coscale.validate``).
+    curate's own stage configs when the recipe loads (``RunRecipe.__post_init__``).
     """
 
     stop_margin: float = 0.02

@@ -492,13 +492,13 @@ def train_rl(
     ledger_model = cfg.ledger_model or out_dir.resolve().name
     identity = run_identity(cfg, model, train, pool, ledger_model if pool else None, optimizer_from)
     run_id = "rl-" + hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
-    if run_folder.claim(out_dir, CONFIG, identity, write=False):
+    if run_folder.bind(out_dir, CONFIG, identity, write=False):
         done = run_folder.finished(out_dir, SUMMARY)
         if done is not None:
             return {**done, "skipped": True}
     state.wait_for_everyone()
     if state.is_main_process:
-        run_folder.claim(out_dir, CONFIG, identity, extra={"run_id": run_id, "world_size": state.num_processes})
+        run_folder.bind(out_dir, CONFIG, identity, extra={"run_id": run_id, "world_size": state.num_processes})
 
     t0 = time.perf_counter()
     tokenizer = run_folder.load_tokenizer(str(model), padding_side="left", truncation_side="left")

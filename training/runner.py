@@ -148,22 +148,22 @@ def gain_over_sft(run: Run) -> dict[str, Any] | None:
     from training.evaluate import groups, heldout_problems, paired_gain, paired_gain_by
 
     folder, sec = run.run_dir / EVALS, run.recipe.eval
-    rl = [r["step"] for r in run.chain().steps if "rl_steps" in r]
-    rl = [step for step in rl if (folder / eval_file(step)).is_file()]
-    if not rl or not (folder / "sft.parquet").is_file():
+    rl_steps = [r["step"] for r in run.chain().steps if "rl_steps" in r]
+    rl_steps = [step for step in rl_steps if (folder / eval_file(step)).is_file()]
+    if not rl_steps or not (folder / "sft.parquet").is_file():
         return None
     grouping = None
     if sec.by:
         grouping = groups(heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit), sec.by)
 
     def pair(temperature: float | None) -> dict[str, Any] | None:
-        after, before = folder / eval_file(rl[-1], temperature), folder / eval_file("sft", temperature)
+        after, before = folder / eval_file(rl_steps[-1], temperature), folder / eval_file("sft", temperature)
         if not (after.is_file() and before.is_file()):
             return None
         a, b = pl.read_parquet(after), pl.read_parquet(before)
         return {**paired_gain(a, b), **({"by": paired_gain_by(a, b, grouping)} if grouping is not None else {})}
 
-    out = {"after": rl[-1], "before": "sft", "temperature": sec.temperature, **pair(None)}
+    out = {"after": rl_steps[-1], "before": "sft", "temperature": sec.temperature, **pair(None)}
     others = {str(t): pair(t) for t in sec.temperatures}
     if any(others.values()):
         out["at_temperature"] = {t: g for t, g in others.items() if g}
@@ -386,8 +386,8 @@ def evaluate_model(run: Run, state: ChainState) -> ChainState:
     if chain.get(p["step"]) is not None:
         return state
     t0 = time.perf_counter()
-    rl = p.get("kind") == "rl"
-    if rl and run.recipe.eval.every:
+    is_rl = p.get("kind") == "rl"
+    if is_rl and run.recipe.eval.every:
         folder = Path(p["stage_dir"])
         compute = run_folder.stage_compute(folder)
         for ckpt in run_folder.checkpoints(folder / run_folder.CHECKPOINTS):
@@ -403,7 +403,7 @@ def evaluate_model(run: Run, state: ChainState) -> ChainState:
            **ev, **extra}  # fmt: skip
     chain.put(rec)
     _card_evaluation(run, p, ev)
-    if rl:
+    if is_rl:
         append_eval(run.run_dir, p["offset_step"] + p["rl_steps"], p["eval_compute"], rec)
     run.echo(f"[chain] {p['step']:<24} held-out pass@1 = {ev['pass_at_1']:.3f} ± {ev['stderr']:.3f} "
              f"(n={ev['n_problems']}, k={ev['k']})  [{rec['wall_s']:.0f} s]")  # fmt: skip

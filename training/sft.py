@@ -345,7 +345,7 @@ def train_sft(
 
     identity = {"fingerprint": _fingerprint(cfg, data)}
     final, ckpt_dir = out_dir / run_folder.FINAL, out_dir / run_folder.CHECKPOINTS
-    if run_folder.claim(out_dir, RUN, identity, write=False):
+    if run_folder.bind(out_dir, RUN, identity, write=False):
         done = run_folder.finished(out_dir, METRICS)
         if done is not None:
             return {**done, "skipped": True}
@@ -361,7 +361,7 @@ def train_sft(
     if kept.height == 0:
         raise InputError(f"all {df.height} SFT rows were dropped (see {out_dir / QUARANTINE})")
     if main:
-        run_folder.claim(out_dir, RUN, identity, extra={"config": dataclasses.asdict(cfg), "data": str(data)})
+        run_folder.bind(out_dir, RUN, identity, extra={"config": dataclasses.asdict(cfg), "data": str(data)})
 
     threads = torch.get_num_threads()
     if cfg.torch_threads:

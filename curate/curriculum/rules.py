@@ -1,5 +1,6 @@
 r"""Pure rules of the curricula, shared by the offline plans (``curate.curriculum``), the online sampler
-(``curate.sampler``) and the replay simulator (``curate.simulate``). Numpy and polars only; no I/O.
+(``curate.curriculum.sampler``) and the replay simulator (``curate.curriculum.simulate``). Numpy and polars only;
+no I/O.
 
 Where each rule comes from (METHODS.md):
 
@@ -8,8 +9,8 @@ Where each rule comes from (METHODS.md):
 - CoScale-RL (§2): ``effective_rollouts`` N̂(p) = N·(1 − p^N − (1−p)^N) (the paper's, via [MOON-zh]);
   ``assign_pool`` thresholds 5% / 70% (the paper's); ``rollouts_for_signal``, ``group_by_difficulty`` bins
   [0.05, 0.25, 0.5, 0.7] and ``RolloutLadder`` N ∈ {8, ..., 64}, patience 20, η/N constant (RECONSTRUCTED, §2.7).
-- ScalingRL (§1.2): ``temperature_schedule``, ``mix_schedule``, ``des_scores`` (through ``curate.des``, the
-  score stage's builders, with its time weight w_t = ``curate.des.time_weight``), ``select_by_des``. The paper's
+- ScalingRL (§1.2): ``temperature_schedule``, ``mix_schedule``, ``des_scores`` (through ``curate.score.des``, the
+  score stage's builders, with its time weight w_t = ``curate.score.des.time_weight``), ``select_by_des``. The paper's
   formulas are unknown; all of these are the RECONSTRUCTED defaults of §1.2.
 - ScaleRL (§4.3): ``zero_variance_mask`` (drop all-equal groups) and ``PassRateTracker.retired``
   (no-positive-resampling, pass rate ≥ 0.9, the paper's rule; "latest" vs "cumulative" history is our choice).

@@ -72,7 +72,7 @@ class SamplerConfig:
     prompts with pass rate ≥ npr_threshold by ``npr_rule`` (``latest`` | ``cumulative``) from the next epoch on.
     band_weights: CoScale pool -> sampling weight (missing pools weigh 1; bounds band_lo/band_hi).
     size/epochs/t0/gamma/t_floor/tau/explore_floor: ScalingRL K_t, T_ramp, T0, γ, temperature floor, τ and ρ floor;
-    des: the DES constants (``curate.des.DesConfig``, shared with ``curate score``). All RECONSTRUCTED defaults.
+    des: the DES constants (``curate.score.des.DesConfig``, shared with ``curate score``). All RECONSTRUCTED defaults.
     """
 
     policy: str = "uniform"

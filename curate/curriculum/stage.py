@@ -11,8 +11,8 @@ Pipeline position: after ``select`` (or straight on a pool's train split). Three
   problems in difficulty groups [0.05, 0.25), [0.25, 0.5), [0.5, 0.7] for separate RL runs, each with the smallest
   rung of the rollout ladder that gives enough effective rollouts and η/N kept constant (RECONSTRUCTED, §2.7).
 - ``scalingrl`` (METHODS §1.2, RECONSTRUCTED): one shard per epoch of K_t DES-weighted prompts with the
-  exploration/exploitation mix and decaying temperature of ``curate.sampler.scalingrl_epoch``; offline, "trained"
-  means chosen in an earlier epoch and the pass rate is the prior (the online sampler updates both).
+  exploration/exploitation mix and decaying temperature of ``curate.curriculum.sampler.scalingrl_epoch``; offline,
+  "trained" means chosen in an earlier epoch and the pass rate is the prior (the online sampler updates both).
 
 Output (``ws.curriculum_dir(name)``): ``plan.json``, ``<stage>.parquet`` per stage (schema.CURRICULA columns, then
 the verl/TRL columns ``prompt`` (chat list), ``data_source``, ``ability``, ``reward_model``, ``extra_info``, then

@@ -1,7 +1,7 @@
 """ScalingRL's Data Effectiveness Score as vectorized polars expressions, plus the CoScale-RL pool rule.
 
 Pure builders shared by ``curate.score`` (DES at t = 0, written to ``scores.parquet``) and the curriculum
-sampler (DES at t > 0 over the same columns). Split out of ``score.py`` to keep modules short.
+sampler (DES at t > 0 over the same columns). The score stage's I/O lives in ``curate.score.stage``.
 
 What is whose (METHODS.md §1.2, §2): DES = λ_d·D + λ_c·C + λ_r·R with λ = softmax(φ), Gaussian component scores
 whose centres move with a time weight w_t, and zero reward adaptability for prompts whose rewards are all equal:

@@ -64,7 +64,7 @@ EXTRA_COLUMNS = (S.N_SAMPLES, S.N_CORRECT, S.ALPHA, S.BETA, S.PRIOR_PASS_RATE, S
 class ScoreConfig:
     """Settings of ``curate score`` (recipe key ``score:``).
 
-    evidence: which ledger model and reward scale (``curate.evidence.EvidenceConfig``).
+    evidence: which ledger model and reward scale (``curate.score.evidence.EvidenceConfig``).
     pseudo_count: k, the prior's weight in rollouts. min_evidence: rollouts a problem needs to train the prior.
     prior_min_problems: problems with rollouts the learned prior needs, with both right and wrong answers among
     them; with less, rollouts do not train it (a dozen all-failed problems would mark a whole pool unsolvable) and

@@ -1,7 +1,8 @@
 """Stage ``select``: filter the pool, then draw a diverse, DES-weighted, seeded subset (``curate select``).
 
 Reads ``problems.parquet``, ``scores.parquet`` and ``filters.parquet`` when present, and optionally an external
-scores file joined by problem text (LIMR's ``scores.json``); writes ``selections/<name>/`` (see ``curate.export``).
+scores file joined by problem text (LIMR's ``scores.json``); writes ``selections/<name>/`` (see
+``curate.select.export``).
 
 1. Filters, in this order, each row dropped once with the first reason that applies: split_test (evaluation
    sets are never selected), other_source (not one of ``sources``, when given), contaminated, duplicate
