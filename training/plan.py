@@ -52,6 +52,8 @@ class StagePlan:
 
 
 def _plan_values(entry: Mapping[str, Any], fields: Sequence[str], scale: PlanScale) -> dict[str, Any]:
+    """The ``RLConfig`` values of one plan stage for the recipe's ``plan_fields``, scaled (``_scaled``); ``kl`` is
+    beta = kl_loss_coef when use_kl_loss, else 0."""
     out: dict[str, Any] = {}
     for key in fields:
         if key == "kl":
@@ -60,21 +62,25 @@ def _plan_values(entry: Mapping[str, Any], fields: Sequence[str], scale: PlanSca
             continue
         if key not in PLAN_TO_RL:
             raise ConfigError(f"plan_fields: unknown field {key!r}; known: {list(PLAN_FIELDS)}")
-        if entry.get(key) is None:
-            continue
-        value = entry[key]
-        if key == "max_response_length":
-            value = max(scale.min_context, round(value * scale.context))
-        elif key == "max_prompt_length":
-            value = max(scale.min_context, round(value * scale.prompt_length))
-        elif key == "steps":
-            value = max(1, math.ceil(value * scale.steps))
-        elif key == "prompt_batch" and scale.max_prompts_per_step:
-            value = min(value, scale.max_prompts_per_step)
-        elif key == "n" and scale.max_num_generations:
-            value = min(value, scale.max_num_generations)
-        out[PLAN_TO_RL[key]] = value
+        if entry.get(key) is not None:
+            out[PLAN_TO_RL[key]] = _scaled(key, entry[key], scale)
     return out
+
+
+def _scaled(key: str, value: Any, scale: PlanScale) -> Any:
+    """A plan value shrunk to the model at hand: context and prompt length by their factors (at least
+    ``min_context`` tokens), steps by theirs (at least 1), prompts per step and rollouts capped."""
+    if key == "max_response_length":
+        return max(scale.min_context, round(value * scale.context))
+    if key == "max_prompt_length":
+        return max(scale.min_context, round(value * scale.prompt_length))
+    if key == "steps":
+        return max(1, math.ceil(value * scale.steps))
+    if key == "prompt_batch" and scale.max_prompts_per_step:
+        return min(value, scale.max_prompts_per_step)
+    if key == "n" and scale.max_num_generations:
+        return min(value, scale.max_num_generations)
+    return value
 
 
 def rl_stages(

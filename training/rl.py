@@ -61,6 +61,9 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 BACKEND = "trl"
 CONFIG, SUMMARY = "config.json", "summary.json"  # the run folder's identity and result files
 OPTIMIZER = "optimizer.pt"  # Adam's state after the last step (``carry_optimizer``)
+# RLConfig's settings that take one of a few values (checked when it is built).
+CHOICES = {"loss_type": LOSS_TYPES, "scale_rewards": SCALE_REWARDS, "short_batch": ("pad", "stop"),
+           "policy": POLICIES, "dtype": DTYPES, "vllm_mode": ("colocate", "server")}  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------- config
@@ -132,8 +135,6 @@ class RLConfig:
     ledger_model: str | None = None
 
     def __post_init__(self) -> None:
-        if self.loss_type not in LOSS_TYPES:
-            raise ConfigError(f"rl.loss_type {self.loss_type!r} is not one of {LOSS_TYPES}")
         if self.loss_type == "cispo":
             if self.epsilon_high is None:
                 object.__setattr__(self, "epsilon_high", CISPO_DEFAULT_CAP)
@@ -142,28 +143,10 @@ class RLConfig:
                     f"rl.epsilon_high={self.epsilon_high}: for cispo it is an absolute cap on the importance ratio "
                     "(ScaleRL uses 4-8); a cap <= 1 clamps every on-policy token"
                 )
-        if self.num_generations < 2:
-            raise ConfigError("rl.num_generations must be >= 2 (group advantages need two completions)")
-        for name in ("prompts_per_step", "num_iterations", "max_steps", "save_steps", "max_completion_length"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"rl.{name} must be >= 1")
-        if self.micro_batch_size is not None and self.micro_batch_size < 1:
-            raise ConfigError("rl.micro_batch_size must be >= 1 or null")
-        if self.save_steps % self.num_iterations:
-            raise ConfigError(
-                f"rl.save_steps ({self.save_steps}) must be a multiple of rl.num_iterations ({self.num_iterations}): "
-                "checkpoints fall between generation batches"
-            )
-        if self.scale_rewards not in SCALE_REWARDS:
-            raise ConfigError(f"rl.scale_rewards must be one of {SCALE_REWARDS}")
-        if self.short_batch not in ("pad", "stop"):
-            raise ConfigError("rl.short_batch must be 'pad' or 'stop'")
-        if self.policy not in POLICIES:
-            raise ConfigError(f"rl.policy {self.policy!r} is not one of {POLICIES}")
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"rl.dtype must be one of {DTYPES}")
-        if self.vllm_mode not in ("colocate", "server"):
-            raise ConfigError("rl.vllm_mode must be 'colocate' or 'server'")
+        _check_counts(self)
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"rl.{name} {getattr(self, name)!r} is not one of {allowed}")
         if self.temperature <= 0:
             raise ConfigError("rl.temperature must be > 0")
         trackers(self.report_to, "rl.report_to")
@@ -177,6 +160,23 @@ class RLConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+
+
+def _check_counts(cfg: RLConfig) -> None:
+    """The batch and step counts of an RL stage: positive, two completions per group at least, checkpoints on
+    generation-batch boundaries."""
+    if cfg.num_generations < 2:
+        raise ConfigError("rl.num_generations must be >= 2 (group advantages need two completions)")
+    for name in ("prompts_per_step", "num_iterations", "max_steps", "save_steps", "max_completion_length"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"rl.{name} must be >= 1")
+    if cfg.micro_batch_size is not None and cfg.micro_batch_size < 1:
+        raise ConfigError("rl.micro_batch_size must be >= 1 or null")
+    if cfg.save_steps % cfg.num_iterations:
+        raise ConfigError(
+            f"rl.save_steps ({cfg.save_steps}) must be a multiple of rl.num_iterations ({cfg.num_iterations}): "
+            "checkpoints fall between generation batches"
+        )
 
 
 def load_rl_config(
