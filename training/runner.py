@@ -575,6 +575,14 @@ def run_chain(
     run = open_run(recipe, home, out, echo)
     if lock_timeout is not None:  # curation and ``measure`` take the workspace's locks with it too
         run = dataclasses.replace(run, ws=dataclasses.replace(run.ws, lock_timeout=lock_timeout))
+    return run_opened(run, call=call, curate=curate, lock_timeout=lock_timeout)
+
+
+def run_opened(
+    run: Run, *, call: Call = direct, curate: bool = True, lock_timeout: float | None = None
+) -> dict[str, Any]:
+    """``run_chain`` in a run folder already opened (``training.chain.open_run``, after ``check_launch``): the
+    Prefect flow opens it once for its curation and training parts. Holds the run folder's lock throughout."""
     with run_lock(run, lock_timeout):
         return _run_steps(run, call, curate)
 
@@ -600,7 +608,7 @@ def _rl_passes(run: Run, step: Call, state: ChainState) -> ChainState:
 
 
 def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
-    """The order of the steps (``run_chain`` holds the run folder's lock around it)."""
+    """The order of the steps (``run_opened`` holds the run folder's lock around it)."""
     recipe = run.recipe
     t_run = time.perf_counter()
     timings: list[dict[str, Any]] = []
