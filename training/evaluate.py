@@ -131,6 +131,55 @@ def summarize(per_problem: pl.DataFrame, k: int, min_samples: int = 200) -> dict
     return {"pass_at_1": p, "stderr": se, "n_problems": n, "k": k, "n_samples": samples, "warning": warning}
 
 
+def _per_problem(
+    df: pl.DataFrame, rows: Sequence[Completion], messages: Sequence[str], verify_cfg: verify.VerifyConfig
+) -> tuple[pl.DataFrame, list[verify.Verdict]]:
+    """Every sample of ``rows`` (in problem order, ``k`` per problem) judged against its problem's golds, and the
+    per-problem table ``evaluate`` returns (n_samples, n_correct, mean, truncated, mean_tokens, scored); also the
+    verdicts, one per row."""
+    ids = df[S.PROBLEM_ID].to_list()
+    golds = _golds(df)
+    golds_of = dict(zip(ids, golds, strict=True))
+    # Which golds the checker can read, asked once per problem with a stand-in answer: a problem whose samples
+    # never reached the gold (no answer extracted) must still be told apart from one whose gold is unreadable.
+    probe = verify.check_batch(["\\boxed{0}"] * len(ids), golds, verify_cfg)
+    gold_ok = {pid: v.detail != verify.GOLD_UNPARSEABLE for pid, v in zip(ids, probe, strict=True)}
+    msg_of = dict(zip(ids, messages, strict=True))
+    verdicts = verify.check_batch(
+        [c.text for c in rows],
+        [golds_of[c.problem_id] for c in rows],
+        verify_cfg,
+        finish_reasons=[c.finish_reason for c in rows],
+        prompts=[msg_of[c.problem_id] for c in rows],
+    )
+    table = (
+        pl.DataFrame(
+            {
+                S.PROBLEM_ID: [c.problem_id for c in rows],
+                "correct": [v.correct for v in verdicts],
+                "verdict": [v.verdict for v in verdicts],
+                "gold_ok": [
+                    gold_ok[c.problem_id] and v.detail != verify.GOLD_UNPARSEABLE
+                    for c, v in zip(rows, verdicts, strict=True)
+                ],
+                "truncated": [c.finish_reason == "length" for c in rows],
+                "tokens": [c.completion_tokens for c in rows],
+            },
+            schema_overrides={"tokens": pl.Int64},
+        )
+        .group_by(S.PROBLEM_ID, maintain_order=True)
+        .agg(
+            pl.len().cast(pl.Int64).alias("n_samples"),
+            pl.col("correct").sum().cast(pl.Int64).alias("n_correct"),
+            pl.col("correct").mean().alias("mean"),
+            pl.col("truncated").sum().cast(pl.Int64).alias("truncated"),
+            pl.col("tokens").mean().alias("mean_tokens"),
+            pl.col("gold_ok").all().alias("scored"),
+        )
+    )
+    return table, verdicts
+
+
 def evaluate(
     model_dir: str | Path,
     problems: pl.DataFrame,
@@ -180,46 +229,8 @@ def evaluate(
         raise RuntimeError(
             f"generation returned {len(completions)} completions; {len(absent)} missing, e.g. {absent[0]}"
         )
-    golds = _golds(df)
-    golds_of = dict(zip(ids, golds, strict=True))
-    # Which golds the checker can read, asked once per problem with a stand-in answer: a problem whose samples
-    # never reached the gold (no answer extracted) must still be told apart from one whose gold is unreadable.
-    probe = verify.check_batch(["\\boxed{0}"] * len(ids), golds, verify_cfg)
-    gold_ok = {pid: v.detail != verify.GOLD_UNPARSEABLE for pid, v in zip(ids, probe, strict=True)}
-    msg_of = dict(zip(ids, messages, strict=True))
     rows = [by_key[key] for key in wanted]
-    verdicts = verify.check_batch(
-        [c.text for c in rows],
-        [golds_of[c.problem_id] for c in rows],
-        verify_cfg,
-        finish_reasons=[c.finish_reason for c in rows],
-        prompts=[msg_of[c.problem_id] for c in rows],
-    )
-    table = (
-        pl.DataFrame(
-            {
-                S.PROBLEM_ID: [c.problem_id for c in rows],
-                "correct": [v.correct for v in verdicts],
-                "verdict": [v.verdict for v in verdicts],
-                "gold_ok": [
-                    gold_ok[c.problem_id] and v.detail != verify.GOLD_UNPARSEABLE
-                    for c, v in zip(rows, verdicts, strict=True)
-                ],
-                "truncated": [c.finish_reason == "length" for c in rows],
-                "tokens": [c.completion_tokens for c in rows],
-            },
-            schema_overrides={"tokens": pl.Int64},
-        )
-        .group_by(S.PROBLEM_ID, maintain_order=True)
-        .agg(
-            pl.len().cast(pl.Int64).alias("n_samples"),
-            pl.col("correct").sum().cast(pl.Int64).alias("n_correct"),
-            pl.col("correct").mean().alias("mean"),
-            pl.col("truncated").sum().cast(pl.Int64).alias("truncated"),
-            pl.col("tokens").mean().alias("mean_tokens"),
-            pl.col("gold_ok").all().alias("scored"),
-        )
-    )
+    table, verdicts = _per_problem(df, rows, messages, verify_cfg)
     samples = pl.DataFrame(
         {
             S.PROBLEM_ID: [c.problem_id for c in rows],
