@@ -510,13 +510,7 @@ def train_rl(
     at_end = run_folder.at_end(checkpoint)  # trained to the end before: the final model is that checkpoint's
     metrics_log = MetricsLog(out_dir / "metrics.parquet", resume_step) if state.is_main_process else None
 
-    ledger = None
-    if pool is not None and state.is_main_process:
-        ws = io.Workspace.resolve(home)
-        ledger = LedgerWriter(
-            ws, pool, ledger_model, run_id, cfg.temperature, cfg.top_p, cfg.max_completion_length, cfg.seed
-        )
-
+    ledger = _ledger_writer(cfg, home, pool, ledger_model, run_id) if state.is_main_process else None
     trainer = build_trainer(
         cfg,
         model=checkpoint if at_end else model,
@@ -587,6 +581,17 @@ def _train_and_save(trainer: Any, checkpoint: Path | None, at_end: bool, out_dir
     elif main and (checkpoint / OPTIMIZER).is_file():  # the checkpoint saved the same state_dict at the same step
         io.copy_file(checkpoint / OPTIMIZER, out_dir / OPTIMIZER)
     return train_loss
+
+
+def _ledger_writer(
+    cfg: RLConfig, home: str | Path | None, pool: str | None, model: str, run_id: str
+) -> LedgerWriter | None:
+    """The writer of the stage's rollouts into ``pool``'s ledger under ``model`` (none without a pool), with the
+    stage's sampling settings on every row."""
+    if pool is None:
+        return None
+    ws = io.Workspace.resolve(home)
+    return LedgerWriter(ws, pool, model, run_id, cfg.temperature, cfg.top_p, cfg.max_completion_length, cfg.seed)
 
 
 def _check_inputs(
