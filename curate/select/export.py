@@ -310,7 +310,21 @@ gives no formulas, so these are RECONSTRUCTED (`curate/score/des.py` in curate-r
 
 {warnings}
 
-## Files
+{_files_and_loading()}
+## Versions
+
+{versions}
+
+## Figures
+
+{plots}
+"""
+
+
+def _files_and_loading() -> str:
+    """The card's "Files" and "How to load" sections: what each file is and how polars, datasets, TRL and verl
+    read it (verl through curate-rl's reward with the same answer checker)."""
+    return f"""## Files
 
 - `selection.parquet`: the selection (read with polars or pandas); `rank` 1 is the highest sampling key.
 - `hf/`: the same rows plus a chat `prompt`, as a Hugging Face `datasets` folder.
@@ -337,12 +351,4 @@ custom_reward_function.path={verl_reward_path()} custom_reward_function.name=com
 ```
 
 The reward's answer checker runs in worker processes: a script that calls it needs `if __name__ == "__main__":`.
-
-## Versions
-
-{versions}
-
-## Figures
-
-{plots}
 """
