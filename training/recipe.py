@@ -253,20 +253,32 @@ RUN_KEYS = {"save_steps": "eval.every"}  # RLConfig keys ``RunRecipe.run_setting
 def _check_curate_sections(recipe: RunRecipe) -> None:
     """The curate sections the chain will run (``measure``, ``decide``), each as curate reads it (a placeholder
     model), and the ``stages.<name>`` / ``only_stages`` names against the stage names the run's curriculum plan
-    will have (``planned_stage_names``): a typo fails at load, not after curation, SFT and ``measure``."""
+    will have (``curate.curriculum.stage.stage_names``): a typo fails at load, not after curation, SFT and
+    ``measure``."""
     from curate import pipeline
 
+    plan = None  # the curriculum config that builds the run's curriculum, when this recipe says
     if recipe.measure is not None:
         for stage, section in measure_sections(recipe, "<model>").items():
-            pipeline.section(curate_recipe(recipe, stage, section), stage)
+            checked = pipeline.section(curate_recipe(recipe, stage, section), stage)
+            plan = checked if stage == "curriculum" else plan
+    elif recipe.curate is not None and "curriculum" in recipe.curate.stages:
+        built = pipeline.section(recipe.curate, "curriculum")
+        plan = built if built.name == recipe.curriculum else None  # else a curriculum built elsewhere
     if recipe.decide is not None:
         pipeline.section(curate_recipe(recipe, "rollout", rollout_section(recipe, "<model>")), "rollout")
         pipeline.section(
             curate_recipe(recipe, "solutions", solutions_section(recipe, "<model>", 1, None)), "solutions"
         )
-    names = planned_stage_names(recipe)
-    if names is None:  # a curriculum built elsewhere: its names are checked when the chain reads its plan
-        return
+    if plan is not None:  # without it the names are checked when the chain reads the plan
+        _check_stage_names(recipe, plan)
+
+
+def _check_stage_names(recipe: RunRecipe, plan: Any) -> None:
+    """``stages.<name>`` and ``only_stages`` against the stages a plan of curriculum config ``plan`` can have."""
+    from curate.curriculum.stage import stage_names
+
+    names = stage_names(plan)
     unknown = sorted(set(recipe.stages) - set(names))
     if unknown:
         raise unknown_key_error(unknown, names, f"stages (the stages of curriculum {recipe.curriculum!r})")
@@ -276,21 +288,6 @@ def _check_curate_sections(recipe: RunRecipe) -> None:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             where = f"curriculum {recipe.curriculum!r}"
             raise ConfigError(f"only_stages: {name!r}{hint} is not a stage of {where}: {names}")
-
-
-def planned_stage_names(recipe: RunRecipe) -> list[str] | None:
-    """The stage names the run's curriculum plan can have, from the curriculum section that builds it (``measure``'s,
-    or the curation recipe's when it builds the recipe's ``curriculum``); None for a curriculum built elsewhere."""
-    from curate import pipeline
-    from curate.curriculum.stage import stage_names
-
-    if recipe.measure is not None:
-        section = measure_sections(recipe, "<model>")["curriculum"]
-        return stage_names(pipeline.section(curate_recipe(recipe, "curriculum", section), "curriculum"))
-    if recipe.curate is None or "curriculum" not in recipe.curate.stages:
-        return None
-    cfg = pipeline.section(recipe.curate, "curriculum")
-    return stage_names(cfg) if cfg.name == recipe.curriculum else None
 
 
 def stage_rl(base: RLConfig, *layers: Mapping[str, Any] | None, where: str = "rl") -> RLConfig:

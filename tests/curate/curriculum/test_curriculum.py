@@ -22,6 +22,7 @@ from curate.curriculum.stage import (
     fastcurl_stages,
     prompt_length,
     split_by_prompt_length,
+    stage_names,
 )
 from curate.manifest import Manifest, write_manifest
 
@@ -119,6 +120,7 @@ def test_fastcurl_plan_on_a_pool(ws):
     folder = ws.curriculum_dir("fc")
     plan = json.loads((folder / "plan.json").read_text())
     assert [st["stage"] for st in plan["stages"]] == ["stage1", "stage2", "stage3", "stage4", "stage5"]
+    assert stage_names(CurriculumConfig(plan="fastcurl", preset="v2")) == [st["stage"] for st in plan["stages"]]
     first = plan["stages"][0]
     assert first["rows"] == s["split_counts"]["L1"] and first["max_response_length"] == 8192
     assert first["steps_per_epoch"] == math.ceil(first["rows"] / 128) and first["init_from"] == "base"
@@ -191,7 +193,8 @@ def test_bands_plan(ws):
     assert s["reconciles"] and s["rows_in"] == 70
     plan = json.loads((ws.curriculum_dir("b") / "plan.json").read_text())
     stages = {st["stage"]: st for st in plan["stages"]}
-    assert set(stages) <= {"p0.05-0.25", "p0.25-0.5", "p0.5-0.7"} and len(stages) == 3
+    assert list(stages) == stage_names(CurriculumConfig(plan="bands"))  # what a training recipe is checked against
+    assert list(stages) == ["p0.05-0.25", "p0.25-0.5", "p0.5-0.7"]
     assert stages["p0.05-0.25"]["n"] >= stages["p0.5-0.7"]["n"] >= 8
     assert all(st["parallel"] and st["lr"] / st["n"] == pytest.approx(1e-6 / 8) for st in stages.values())
     shard = io.read_parquet(ws.curriculum_dir("b") / "p0.25-0.5.parquet")
@@ -232,6 +235,7 @@ def test_scalingrl_plan_epochs(ws):
     folder = ws.curriculum_dir("s")
     plan = json.loads((folder / "plan.json").read_text())
     assert [st["rows"] for st in plan["stages"]] == [12] * 4
+    assert [st["stage"] for st in plan["stages"]] == stage_names(cfg) == ["epoch0", "epoch1", "epoch2", "epoch3"]
     assert plan["stages"][0]["fresh"] == 12 and plan["stages"][1]["fresh"] == 9  # ρ_1 = 0.75 of 12
     assert s["kept"] + s["drops"].get("not_selected", 0) == 50 and s["reconciles"]
     first = io.read_parquet(folder / "epoch0.parquet")[S.PROBLEM_ID].to_list()
