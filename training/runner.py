@@ -607,6 +607,17 @@ def _rl_passes(run: Run, step: Call, state: ChainState) -> ChainState:
         state = step(f"eval it{state.iteration}:sft", evaluate_model, run, state)
 
 
+def _echo_waste(run: Run, waste: Mapping[str, Any]) -> None:
+    """The chain's zero-variance line: the share of RL groups whose rewards were all equal, beside ``measure``'s
+    forecast of it (nothing when no RL group was observed)."""
+    if waste["observed"] is None:
+        return
+    forecast = waste["forecast"]
+    said = f"forecast {forecast['share']:.3f} ± {forecast['stderr']:.3f} (measure), " if forecast else ""
+    run.echo(f"[chain] zero-variance groups: {said}observed {waste['observed']:.3f} over {waste['groups']} "
+             "RL groups")  # fmt: skip
+
+
 def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
     """The order of the steps (``run_opened`` holds the run folder's lock around it)."""
     recipe = run.recipe
@@ -665,11 +676,7 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
     if gain is not None:
         _echo_gain(run, gain)
     waste = zero_variance(run)
-    if waste["observed"] is not None:
-        forecast = waste["forecast"]
-        said = f"forecast {forecast['share']:.3f} ± {forecast['stderr']:.3f} (measure), " if forecast else ""
-        run.echo(f"[chain] zero-variance groups: {said}observed {waste['observed']:.3f} over {waste['groups']} "
-                 "RL groups")  # fmt: skip
+    _echo_waste(run, waste)
     wall = round(time.perf_counter() - t_run, 1)
     extra = {"wall_s": wall, "timings": timings, "gain_over_sft": gain, "zero_variance": waste}
     return step("summary", write_summary, run, state, fit, extra)

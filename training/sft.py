@@ -310,6 +310,23 @@ def progress_callback() -> Any:
     return Progress()
 
 
+def _check_inputs(cfg: SFTRunConfig, model: str | Path | None, data: Path) -> SFTRunConfig:
+    """``cfg`` with its model (``model``, else ``cfg.model``) checked as a model folder or hub name, after the data
+    and packing are checked: each missing or impossible input is one ``InputError`` / ``ConfigError`` line."""
+    model_name = str(model if model is not None else cfg.model)
+    if not model_name:
+        raise ConfigError("sft: no model given (set `model` in the config or pass --model)")
+    model_name = run_folder.check_model(model_name)
+    if not data.exists():
+        raise InputError(f"SFT data {data} not found")
+    if cfg.packing and not flash_attention_available():
+        raise ConfigError(
+            "sft.packing needs flash-attention on CUDA: TRL packs padding-free, and with sdpa attention packed rows "
+            "attend to each other without any warning. Install flash-attn or set packing: false."
+        )
+    return dataclasses.replace(cfg, model=model_name)
+
+
 def train_sft(
     cfg: SFTRunConfig,
     *,
@@ -329,19 +346,8 @@ def train_sft(
     from accelerate import PartialState
 
     started = time.perf_counter()
-    model_name = str(model if model is not None else cfg.model)
-    if not model_name:
-        raise ConfigError("sft: no model given (set `model` in the config or pass --model)")
-    model_name = run_folder.check_model(model_name)
-    cfg = dataclasses.replace(cfg, model=model_name)
-    data, out_dir = Path(data), Path(out_dir)
-    if not data.exists():
-        raise InputError(f"SFT data {data} not found")
-    if cfg.packing and not flash_attention_available():
-        raise ConfigError(
-            "sft.packing needs flash-attention on CUDA: TRL packs padding-free, and with sdpa attention packed rows "
-            "attend to each other without any warning. Install flash-attn or set packing: false."
-        )
+    cfg, data, out_dir = _check_inputs(cfg, model, Path(data)), Path(data), Path(out_dir)
+    model_name = cfg.model
 
     identity = {"fingerprint": _fingerprint(cfg, data)}
     final, ckpt_dir = out_dir / run_folder.FINAL, out_dir / run_folder.CHECKPOINTS
