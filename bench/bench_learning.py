@@ -38,6 +38,7 @@ defaults with ``--sft-rows 6000 --sft-epochs 3``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -244,32 +245,37 @@ def rates(table) -> dict:
     return out
 
 
+class Phases:
+    """CPU and wall seconds per named phase of one seed (``with phases("sft"): ...``), each logged as it ends."""
+
+    def __init__(self, log) -> None:
+        self.cpu: dict[str, float] = {}
+        self.wall: dict[str, float] = {}
+        self.log = log
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        c, w = cpu_s(), time.perf_counter()
+        try:
+            yield
+        finally:
+            self.cpu[name] = self.cpu.get(name, 0.0) + cpu_s() - c
+            self.wall[name] = self.wall.get(name, 0.0) + time.perf_counter() - w
+            self.log(f"{name}: {cpu_s() - c:.0f} CPU-s, {time.perf_counter() - w:.0f} s wall")
+
+
 def run_seed(args: argparse.Namespace, seed: int) -> dict:
+    """One seed: data, the tiny model, SFT, its held-out evaluation, then (``--rl-steps``) the RL arm."""
     import polars as pl
     import torch
 
-    from training.rl import RLConfig, train_rl
-    from training.sft import SFTRunConfig, train_sft
     from training.tiny import TinyConfig, init_tiny
 
     torch.set_num_threads(1)
     out = Path(args.out) / f"seed{seed}"
     out.mkdir(parents=True, exist_ok=True)
-    cpu: dict[str, float] = {}
-    wall: dict[str, float] = {}
     log = lambda msg: print(f"[seed {seed}] {msg}", flush=True)  # noqa: E731
-
-    def phase(name):
-        class P:
-            def __enter__(self):
-                self.c, self.w = cpu_s(), time.perf_counter()
-
-            def __exit__(self, *exc):
-                cpu[name] = cpu.get(name, 0.0) + cpu_s() - self.c
-                wall[name] = wall.get(name, 0.0) + time.perf_counter() - self.w
-                log(f"{name}: {cpu_s() - self.c:.0f} CPU-s, {time.perf_counter() - self.w:.0f} s wall")
-
-        return P()
+    phase = Phases(log)
 
     with phase("data"):
         sets = build_sets(args, seed)
@@ -291,23 +297,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict:
     log(f"model {args.size}: {n_params / 1e6:.2f}M parameters")
 
     with phase("sft"):
-        sft_cfg = SFTRunConfig(
-            learning_rate=args.sft_lr,
-            epochs=args.sft_epochs,
-            per_device_batch_size=args.sft_batch,
-            warmup_ratio=0.05,
-            lr_scheduler="cosine",
-            max_length=512,
-            torch_threads=1,
-            seed=seed,
-            save_steps=100000,
-            logging_steps=100,
-        )  # fmt: skip  (training.tiny.SMALL_SFT's optimisation; rows up to 512 tokens)
-        done = out / "sft" / "metrics.json"
-        if done.is_file() and (out / "sft" / "final" / "config.json").is_file():  # another RL arm of this seed
-            sft_m = {**json.loads(done.read_text()), "reused": True}
-        else:
-            sft_m = train_sft(sft_cfg, model=str(model0), data=paths["sft"], out_dir=out / "sft")
+        sft_m = sft_model_of(args, seed, out, model0, paths["sft"])
     sft_model = out / "sft" / "final"
     log(f"sft: {sft_m.get('steps')} steps, loss {sft_m.get('train_loss_first')} -> {sft_m.get('train_loss_last')}")
 
@@ -320,82 +310,117 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict:
 
     result = {"seed": seed, "params": n_params, "sft_metrics": sft_m, "args": vars(args)}
     if args.rl_steps > 0:
-        with phase("rl"):
-            overrides = {
-                "loss_type": "cispo", "epsilon_high": args.cispo_cap, "num_generations": args.rollouts,
-                "prompts_per_step": args.rl_prompts_per_step, "max_steps": args.rl_steps,
-                "learning_rate": args.rl_lr, "lr_scheduler_type": args.rl_schedule, "warmup_steps": args.rl_warmup,
-                "max_completion_length": args.max_new_tokens, "temperature": args.rl_temperature, "seed": seed,
-                "save_steps": args.rl_save_steps, "save_total_limit": None,
-                "zero_variance_filter": True, "batch_adv_norm": True, "prompt_level_loss": True,
-                "fp32_lm_head": True, "gradient_checkpointing": False, "policy": "uniform",
-                "beta": args.rl_beta,
-            }  # fmt: skip
-            rl_cfg = RLConfig(**overrides)
-            rl_dir = out / f"rl_{args.tag}"
-            summary = train_rl(rl_cfg, model=str(sft_model), train=paths["rl"], out_dir=rl_dir)
-        rl_model = Path(summary["final"])
-        try:
-            m = pl.read_parquet(rl_dir / "metrics.parquet")
-            rew = m["reward"].to_list()
-            q = max(1, len(rew) // 5)
-            curve = [round(sum(rew[i : i + q]) / len(rew[i : i + q]), 3) for i in range(0, len(rew), q)]
-            kept = m["kept_group_frac"].mean() if "kept_group_frac" in m.columns else None
-        except Exception as exc:
-            curve, kept = [f"metrics unreadable: {exc}"], None
-        log(f"rl: {summary['steps']} steps, reward by fifths {curve}, kept-group frac {kept}")
-        result["rl_summary"] = {k: summary.get(k) for k in ("steps", "reward_first", "reward_last", "wall_s")}
-        result["reward_curve"] = curve
-        result["kept_group_frac"] = kept
-        result["evals"] = {}
-        with phase("eval_rl"):
-            for t in temps:
-                rl_tab = evaluate_at(rl_model, held, args, t, rl_dir / f"eval_T{t}.parquet")
-                cmp = compare(rl_tab, sft_tab[t])
-                result["evals"][str(t)] = {"sft": rates(sft_tab[t]), "rl": rates(rl_tab), "gain": cmp}
-                g = cmp["all"]
-                per = ", ".join(
-                    f"{k}: {v['before_rate']:.3f}->{v['after_rate']:.3f} ({v['gain']:+.3f}±{v['stderr']:.3f})"
-                    for k, v in cmp.items() if k != "all"
-                )  # fmt: skip
-                log(
-                    f"T={t}: SFT {g['before_rate']:.3f} RL {g['after_rate']:.3f} gain {g['gain']:+.3f} ± "
-                    f"{g['stderr']:.3f} z {g['z']:+.2f} | {per}"
-                )
-        if args.modes:
-            result["modes"] = {}
-            with phase("modes"):
-                for t in temps:
-                    ms = modes(sft_model, held, args, t, out / f"modes_sft_T{t}.json")
-                    mr = modes(rl_model, held, args, t, rl_dir / f"modes_T{t}.json")
-                    result["modes"][str(t)] = {"sft": ms, "rl": mr}
-                    for name, m in (("SFT", ms), ("RL ", mr)):
-                        log(
-                            f"modes {name} T={t}: "
-                            + " | ".join(
-                                f"{k}: full {v['full']:.2f} early {v['early']:.2f} other {v['other']:.2f} "
-                                f"acc(full) {v['acc_full'] if v['acc_full'] is None else round(v['acc_full'], 3)}"
-                                for k, v in m.items()
-                            )
-                        )
-        if args.eval_checkpoints:
-            result["checkpoints"] = {}
-            for ck in sorted((rl_dir / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])):
-                with phase("eval_ckpt"):
-                    t = temps[0]
-                    tab = evaluate_at(ck, held, args, t, rl_dir / f"eval_{ck.name}_T{t}.parquet")
-                    g = compare(tab, sft_tab[t])["all"]
-                result["checkpoints"][ck.name] = g
-                log(
-                    f"{ck.name} T={t}: {g['after_rate']:.3f} gain {g['gain']:+.3f} ± {g['stderr']:.3f} z {g['z']:+.2f}"
-                )
-    result["cpu_s"] = {k: round(v, 1) for k, v in cpu.items()}
-    result["wall_s"] = {k: round(v, 1) for k, v in wall.items()}
-    result["cpu_total_min"] = round(sum(cpu.values()) / 60, 2)
+        result.update(rl_arm(args, seed, out, sft_model, paths["rl"], held, sft_tab, phase, log))
+    result["cpu_s"] = {k: round(v, 1) for k, v in phase.cpu.items()}
+    result["wall_s"] = {k: round(v, 1) for k, v in phase.wall.items()}
+    result["cpu_total_min"] = round(sum(phase.cpu.values()) / 60, 2)
     result["loadavg_end"] = os.getloadavg()
     log(f"CPU-s per phase {result['cpu_s']}, total {result['cpu_total_min']} CPU-min; load {os.getloadavg()}")
     (out / f"result_{args.tag}.json").write_text(json.dumps(result, indent=1, default=str))
     return result
+
+
+def sft_model_of(args: argparse.Namespace, seed: int, out: Path, model0: Path, data: Path) -> dict:
+    """SFT of ``model0`` into ``out/sft`` (``training.tiny.SMALL_SFT``'s optimisation; rows up to 512 tokens), or
+    the metrics of the one another RL arm of this seed already trained."""
+    from training.sft import SFTRunConfig, train_sft
+
+    done = out / "sft" / "metrics.json"
+    if done.is_file() and (out / "sft" / "final" / "config.json").is_file():  # another RL arm of this seed
+        return {**json.loads(done.read_text()), "reused": True}
+    sft_cfg = SFTRunConfig(
+        learning_rate=args.sft_lr, epochs=args.sft_epochs, per_device_batch_size=args.sft_batch, warmup_ratio=0.05,
+        lr_scheduler="cosine", max_length=512, torch_threads=1, seed=seed, save_steps=100000, logging_steps=100,
+    )  # fmt: skip
+    return train_sft(sft_cfg, model=str(model0), data=data, out_dir=out / "sft")
+
+
+def rl_arm(args, seed, out, sft_model, rl_data, held, sft_tab, phase, log) -> dict:
+    """The RL arm from the SFT model (CISPO with ScaleRL's hygiene), its reward curve, its held-out evaluation
+    against SFT at each temperature and, as asked, the answer modes and every checkpoint's evaluation."""
+    import polars as pl
+
+    from training.rl import RLConfig, train_rl
+
+    temps = list(sft_tab)
+    with phase("rl"):
+        rl_cfg = RLConfig(
+            loss_type="cispo", epsilon_high=args.cispo_cap, num_generations=args.rollouts,
+            prompts_per_step=args.rl_prompts_per_step, max_steps=args.rl_steps, learning_rate=args.rl_lr,
+            lr_scheduler_type=args.rl_schedule, warmup_steps=args.rl_warmup, max_completion_length=args.max_new_tokens,
+            temperature=args.rl_temperature, seed=seed, save_steps=args.rl_save_steps, save_total_limit=None,
+            zero_variance_filter=True, batch_adv_norm=True, prompt_level_loss=True, fp32_lm_head=True,
+            gradient_checkpointing=False, policy="uniform", beta=args.rl_beta,
+        )  # fmt: skip
+        rl_dir = out / f"rl_{args.tag}"
+        summary = train_rl(rl_cfg, model=str(sft_model), train=rl_data, out_dir=rl_dir)
+    rl_model = Path(summary["final"])
+    try:
+        m = pl.read_parquet(rl_dir / "metrics.parquet")
+        rew = m["reward"].to_list()
+        q = max(1, len(rew) // 5)
+        curve = [round(sum(rew[i : i + q]) / len(rew[i : i + q]), 3) for i in range(0, len(rew), q)]
+        kept = m["kept_group_frac"].mean() if "kept_group_frac" in m.columns else None
+    except Exception as exc:
+        curve, kept = [f"metrics unreadable: {exc}"], None
+    log(f"rl: {summary['steps']} steps, reward by fifths {curve}, kept-group frac {kept}")
+    result = {
+        "rl_summary": {k: summary.get(k) for k in ("steps", "reward_first", "reward_last", "wall_s")},
+        "reward_curve": curve,
+        "kept_group_frac": kept,
+        "evals": {},
+    }
+    with phase("eval_rl"):
+        for t in temps:
+            rl_tab = evaluate_at(rl_model, held, args, t, rl_dir / f"eval_T{t}.parquet")
+            cmp = compare(rl_tab, sft_tab[t])
+            result["evals"][str(t)] = {"sft": rates(sft_tab[t]), "rl": rates(rl_tab), "gain": cmp}
+            g = cmp["all"]
+            per = ", ".join(
+                f"{k}: {v['before_rate']:.3f}->{v['after_rate']:.3f} ({v['gain']:+.3f}±{v['stderr']:.3f})"
+                for k, v in cmp.items() if k != "all"
+            )  # fmt: skip
+            log(
+                f"T={t}: SFT {g['before_rate']:.3f} RL {g['after_rate']:.3f} gain {g['gain']:+.3f} ± "
+                f"{g['stderr']:.3f} z {g['z']:+.2f} | {per}"
+            )
+    if args.modes:
+        with phase("modes"):
+            result["modes"] = modes_of(args, out, sft_model, rl_model, rl_dir, held, temps, log)
+    if args.eval_checkpoints:
+        result["checkpoints"] = checkpoint_gains(args, rl_dir, held, temps[0], sft_tab[temps[0]], phase, log)
+    return result
+
+
+def modes_of(args, out, sft_model, rl_model, rl_dir, held, temps, log) -> dict:
+    """The answer modes (finished, stopped early, other) of the SFT and RL models at each temperature."""
+    found = {}
+    for t in temps:
+        ms = modes(sft_model, held, args, t, out / f"modes_sft_T{t}.json")
+        mr = modes(rl_model, held, args, t, rl_dir / f"modes_T{t}.json")
+        found[str(t)] = {"sft": ms, "rl": mr}
+        for name, m in (("SFT", ms), ("RL ", mr)):
+            log(
+                f"modes {name} T={t}: "
+                + " | ".join(
+                    f"{k}: full {v['full']:.2f} early {v['early']:.2f} other {v['other']:.2f} "
+                    f"acc(full) {v['acc_full'] if v['acc_full'] is None else round(v['acc_full'], 3)}"
+                    for k, v in m.items()
+                )
+            )
+    return found
+
+
+def checkpoint_gains(args, rl_dir, held, t, sft_table, phase, log) -> dict:
+    """Every RL checkpoint's held-out gain over SFT at temperature ``t``."""
+    gains = {}
+    for ck in sorted((rl_dir / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])):
+        with phase("eval_ckpt"):
+            tab = evaluate_at(ck, held, args, t, rl_dir / f"eval_{ck.name}_T{t}.parquet")
+            g = compare(tab, sft_table)["all"]
+        gains[ck.name] = g
+        log(f"{ck.name} T={t}: {g['after_rate']:.3f} gain {g['gain']:+.3f} ± {g['stderr']:.3f} z {g['z']:+.2f}")
+    return gains
 
 
 def main(argv: list[str] | None = None) -> int:

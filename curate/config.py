@@ -48,6 +48,28 @@ def unknown_key_error(unknown: list[str], allowed: list[str] | set[str], where: 
     return ConfigError(f"unknown key {', '.join(parts)} in {where}; allowed: {allowed}")
 
 
+PLACEMENT = "placement"  # field metadata: the setting changes where or how fast work runs, never its results
+
+
+def placement(default: Any) -> Any:
+    """A config field whose value changes where or how fast work runs (threads, device, launcher, tracker), never
+    its results: a training run folder may be reopened with another value (``training.chain.recipe_changes``)."""
+    return field(default=default, metadata={PLACEMENT: True})
+
+
+def placement_keys(cls: type, prefix: str = "") -> frozenset[str]:
+    """The dotted keys of ``cls``'s ``placement`` fields, nested config dataclasses included (``eval.threads``)."""
+    hints = typing.get_type_hints(cls)
+    out: set[str] = set()
+    for f in dataclasses.fields(cls):
+        if f.metadata.get(PLACEMENT):
+            out.add(prefix + f.name)
+        for tp in (hints[f.name], *typing.get_args(hints[f.name])):
+            if dataclasses.is_dataclass(tp):
+                out |= placement_keys(tp, f"{prefix}{f.name}.")
+    return frozenset(out)
+
+
 # --------------------------------------------------------------------------------------------------- ingest
 @dataclass(frozen=True)
 class SourceSpec:
@@ -155,42 +177,48 @@ _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 def _coerce(tp: Any, value: Any, where: str) -> Any:
+    """``value`` as type ``tp`` (a union, a config dataclass, a container or a scalar), or ``ConfigError`` naming
+    ``where``."""
     origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(arg, value, where)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}")
+        return _coerce_union(typing.get_args(tp), value, where)
     if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):  # already built and checked (a loaded recipe handed down): taken as it is
+            return value
         if isinstance(value, str) and tp is SourceSpec:
             value = {"path": value}
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
         return from_mapping(tp, value, where)
-    if origin is tuple:
+    if origin in (tuple, list):
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
-        inner = args[0] if args else Any
-        return tuple(_coerce(inner, v, f"{where}[{i}]") for i, v in enumerate(value))
-    if origin is list:
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
-        inner = args[0] if args else Any
-        return [_coerce(inner, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        inner = (typing.get_args(tp) or (Any,))[0]
+        return origin(_coerce(inner, v, f"{where}[{i}]") for i, v in enumerate(value))
     if origin is dict:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
         return dict(value)
-    if tp is Any:
-        return value
+    return _coerce_scalar(tp, value, where)
+
+
+def _coerce_union(args: tuple[Any, ...], value: Any, where: str) -> Any:
+    """The first member of a union (``X | None``) that takes ``value``; the first member's error otherwise."""
+    if value is None and type(None) in args:
+        return None
+    errors = []
+    for arg in args:
+        if arg is type(None):
+            continue
+        try:
+            return _coerce(arg, value, where)
+        except ConfigError as exc:
+            errors.append(str(exc))
+    raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}")
+
+
+def _coerce_scalar(tp: Any, value: Any, where: str) -> Any:
+    """int, float, str and bool strictly (a bool is not an int); an int or a decimal string is a float."""
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if tp is float and isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
@@ -199,7 +227,7 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
         if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
             raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}")
         return value
-    return value
+    return value  # Any, or a type this loader does not check
 
 
 def parse_overrides(items: list[str] | tuple[str, ...] | None) -> dict[str, Any]:

@@ -65,17 +65,20 @@ def _module(name: str) -> Stage:
     raise unknown_key_error([name], stage_names(), "the recipe's stages")
 
 
+def section(recipe: Recipe, name: str) -> Any:
+    """Section ``name`` of the recipe as its stage's typed config (``verify`` included); ``ConfigError`` on an
+    unknown key or bad value. What a caller that changed one section of a validated recipe checks."""
+    return verify.load_config(recipe) if name == "verify" else _module(name).load_config(recipe)
+
+
 def sections(recipe: Recipe) -> dict[str, Any]:
     """The recipe's typed sections: ``{name: <Stage>Config}`` for every listed stage and every section present
     (``verify`` included). Raises ``ConfigError`` on the first unknown key or bad value, at any depth."""
-    out: dict[str, Any] = {}
-    for name in recipe.stages:
-        out[name] = _module(name).load_config(recipe)
-    for name in SECTIONS:
-        if name in out or (name != "verify" and name not in recipe.stage_configs):
-            continue
-        out[name] = verify.load_config(recipe) if name == "verify" else _module(name).load_config(recipe)
-    return out
+    names = [
+        *recipe.stages,
+        *(n for n in SECTIONS if n not in recipe.stages and (n == "verify" or n in recipe.stage_configs)),
+    ]
+    return {name: section(recipe, name) for name in names}
 
 
 def validate(recipe: Recipe) -> None:
@@ -85,11 +88,22 @@ def validate(recipe: Recipe) -> None:
 
 
 def load_recipe(path: str, overrides: dict[str, Any] | None = None) -> Recipe:
-    """Read a recipe (``curate.config.load_recipe``) and validate every section (what ``curate run`` calls; the
-    Prefect flow validates the same way through ``planned_stages``), so a recipe that loads has no unknown key."""
+    """Read a recipe (``curate.config.load_recipe``) and validate every section: the one entry point of a recipe
+    file (``curate run``, the Prefect flow, a training recipe's ``curate_recipe``), called once per file; what it
+    returns is passed down, never read again."""
     recipe = _read_recipe(path, overrides)
     validate(recipe)
     return recipe
+
+
+def planned_stages(recipe: Recipe, only: Iterable[str] | None = None) -> list[str]:
+    """The recipe's stages to run, in recipe order: all of them, or those in ``only`` (a name the recipe does not
+    list is a ``ConfigError``). ``run_recipe`` and the Prefect flow both run this list."""
+    wanted = list(only) if only else list(recipe.stages)
+    unknown = [s for s in wanted if s not in recipe.stages]
+    if unknown:
+        raise ConfigError(f"stage(s) {unknown} are not in the recipe's stages {list(recipe.stages)}")
+    return [name for name in recipe.stages if name in wanted]
 
 
 def run_stage(name: str, ws: Workspace, recipe: Recipe, *, force: bool = False, progress: bool = False) -> StageResult:
@@ -110,16 +124,10 @@ def run_recipe(
     on_result: Callable[[StageResult], None] | None = None,
     progress: bool = False,
 ) -> list[StageResult]:
-    """Run the recipe's stages in order (or the subset ``only``), returning each stage's result."""
-    validate(recipe)
-    wanted = list(only) if only else list(recipe.stages)
-    unknown = [s for s in wanted if s not in recipe.stages]
-    if unknown:
-        raise ConfigError(f"stage(s) {unknown} are not in the recipe's stages {list(recipe.stages)}")
+    """Run the recipe's stages in order (or the subset ``only``), returning each stage's result. ``recipe`` is a
+    validated one (``load_recipe``, or ``validate`` for one built in code): it is not checked again here."""
     results = []
-    for name in recipe.stages:
-        if name not in wanted:
-            continue
+    for name in planned_stages(recipe, only):
         result = run_stage(name, ws, recipe, force=force, progress=progress)
         results.append(result)
         if on_result is not None:

@@ -23,6 +23,7 @@ from curate import schema as S
 INSTRUCTION = S.INSTRUCTION
 PROMPT = "prompt"
 COMPLETION = "completion"
+ROW_INDEX = "_index"  # the row index column ``verl_columns`` reads (``DataFrame.with_row_index(ROW_INDEX)``)
 
 
 def user_message(problem: str, instruction: str = INSTRUCTION) -> str:
@@ -68,21 +69,27 @@ def trl_frame(df: pl.DataFrame, instruction: str = INSTRUCTION) -> pl.DataFrame:
 
 
 def verl_frame(df: pl.DataFrame, instruction: str = INSTRUCTION, split: str = "train") -> pl.DataFrame:
-    """verl's RL parquet layout (as in FastCuRL's and DeepScaleR's training files), rows in ``df``'s order.
+    """verl's RL parquet layout (as in FastCuRL's and DeepScaleR's training files), rows in ``df``'s order."""
+    return df.with_row_index(ROW_INDEX).select(verl_columns(df, instruction, pl.lit(split)))
 
-    ``extra_info`` also carries ``answer_alternatives`` when ``df`` has them: verl passes ``extra_info`` to a custom
-    reward function, so ``training/verl_reward.py`` accepts every gold form, as the TRL reward does.
-    """
+
+def verl_columns(df: pl.DataFrame, instruction: str, split: pl.Expr, *extra: pl.Expr) -> list[pl.Expr]:
+    """verl's RL columns over ``df`` (which must carry the row index ``ROW_INDEX``): ``data_source``, ``prompt``,
+    ``ability``, ``reward_model`` = {ground_truth, style "rule"} and ``extra_info`` = {index, problem_id, split,
+    answer_alternatives when ``df`` has them, ``extra``...}. The one layout of the selection's ``verl.parquet`` and
+    the curriculum's shards. ``extra_info`` carries ``answer_alternatives`` because verl passes it to a custom reward
+    function, so ``training/verl_reward.py`` accepts every gold form, as the TRL reward does."""
     alternatives = [pl.col(S.ANSWER_ALTERNATIVES)] if S.ANSWER_ALTERNATIVES in df.columns else []
-    return df.with_row_index("_index").select(
+    return [
         pl.col(S.SOURCE).alias("data_source"),
         chat_prompt_expr(instruction),
         pl.lit("math").alias("ability"),
         pl.struct(pl.col(S.ANSWER).alias("ground_truth"), pl.lit("rule").alias("style")).alias("reward_model"),
         pl.struct(
-            pl.col("_index").cast(pl.Int64).alias("index"),
+            pl.col(ROW_INDEX).cast(pl.Int64).alias("index"),
             pl.col(S.PROBLEM_ID),
-            pl.lit(split).alias("split"),
+            split.alias("split"),
             *alternatives,
+            *extra,
         ).alias("extra_info"),
-    )
+    ]

@@ -9,6 +9,13 @@ Example row of ``problems``::
     {"problem_id": "3f9c0a1b2c4d5e6f", "problem": "What is 2+3?", "answer": "5", "answer_alternatives": ["5"],
      "answer_raw": "5", "solution": None, "level": None, "difficulty": None, "subject": None, "split": "train",
      "source": "gsm8k-train", "source_row": 0, "sources": ["gsm8k-train#0"], "meta": "{}"}
+
+Example row of ``scores`` (t = 0, equal DES weights; ``curate score``)::
+
+    {"problem_id": "3f9c0a1b2c4d5e6f", "run": "default", "pass_rate": 0.45, "pass_rate_source": "blend",
+     "difficulty_score": 0.55, "cot_length": 0.3, "cot_source": "ledger", "reward_ema": 0.5, "des_d": 0.97,
+     "des_c": 0.96, "des_r": 0.61, "des": 0.85, "cluster": 12, "coscale_pool": "solvable", "zero_variance": False,
+     "solved": False, "contaminated": False, "duplicate_of": None, "prompt_chars": 212}
 """
 
 from __future__ import annotations
@@ -339,7 +346,7 @@ SOLUTION_POOLS = pl.Schema(
     }
 )
 
-# Internal to curate.stats (not a stage output): per (problem_id, model) sums that merge by addition.
+# Internal to curate.rollout.stats (not a stage output): per (problem_id, model) sums that merge by addition.
 STATS_STATE = pl.Schema(
     {
         PROBLEM_ID: pl.String,

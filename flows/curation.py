@@ -6,8 +6,10 @@ becomes one task that calls ``curate.pipeline.run_stage``, the same wrapper ``cu
 the CLI write identical workspaces. New stages appear in the flow as soon as they are registered there.
 
 Parameters are JSON-simple so they can be edited in the UI and in ``prefect.yaml``: a recipe path, dotted
-overrides (``{"select.size": 500}``), a subset of stages, ``force``, a workspace root, and a Dask address.
-Tasks receive paths and strings and return ``StageResult.to_dict()``; frames never cross a task boundary.
+overrides (``{"select.size": 500}``), a subset of stages, ``force``, a workspace root, and a Dask address. The
+flow reads and validates the recipe once (``curate.pipeline.load_recipe``; the training flow hands down the one
+its training recipe loaded) and its tasks receive that typed recipe (a small frozen dataclass, pickled to Dask
+workers) and return ``StageResult.to_dict()``; frames never cross a task boundary.
 
 Skip-if-done is the workspace's job: a re-run of a finished flow skips finished stages through their manifests
 (``StageResult.skipped``), never through Prefect's cache (``cache_policy=NONE`` on every task). Retries with
@@ -20,11 +22,11 @@ Run it without any server (Prefect's ephemeral local API, SQLite)::
 
 Scale-out: with ``dask_address`` (a scheduler address such as ``tcp://10.0.0.5:8786``, or ``"local"`` for a
 ``LocalCluster`` started for the run) the rollout stage runs as plan -> one task per shard on Dask -> finalize,
-through ``curate.rollout.plan_shards / run_shard / finalize``. Math verification inside a shard runs in a process
+through ``curate.rollout.stage.plan_shards / run_shard / finalize``. Math verification inside a shard runs in a process
 pool (``curate.verify``); Dask worker *processes* are daemons by default and may not start children, so a cluster
 used for rollouts needs ``distributed.worker.daemon: false`` (``DASK_DISTRIBUTED__WORKER__DAEMON=False`` for
-``dask worker``); the ``"local"`` cluster sets it. Workers of a remote cluster must see the repository's recipe
-and the workspace at the same paths (a shared file system), and have this package installed.
+``dask worker``); the ``"local"`` cluster sets it. Workers of a remote cluster must see the workspace at the same
+path (a shared file system), and have this package installed.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from prefect.runtime import flow_run
 from prefect.tasks import exponential_backoff
 
 from curate import config, pipeline
+from curate.config import Recipe
 from curate.io import Workspace
 from flows import artifacts
 
@@ -69,16 +72,6 @@ def touches_outside(name: str, recipe: config.Recipe) -> bool:
     return False
 
 
-def planned_stages(recipe: config.Recipe, only: list[str] | None) -> list[str]:
-    """The recipe's stages in recipe order, restricted to ``only``; every listed stage's config is validated first."""
-    pipeline.validate(recipe)
-    wanted = list(only) if only else list(recipe.stages)
-    unknown = [s for s in wanted if s not in recipe.stages]
-    if unknown:
-        raise config.ConfigError(f"stage(s) {unknown} are not in the recipe's stages {list(recipe.stages)}")
-    return [name for name in recipe.stages if name in wanted]
-
-
 def _run_name() -> str:
     """``demo/recipe.yaml: ingest,select @ 2026-11-21 03:00Z``: readable in the UI's run list."""
     params = flow_run.parameters
@@ -90,39 +83,35 @@ def _run_name() -> str:
 
 # --------------------------------------------------------------------------------------------------- tasks
 @task(cache_policy=NONE, task_run_name="{name}")
-def run_stage(name: str, recipe_path: str, overrides: dict[str, Any] | None, home: str, force: bool) -> dict:
+def run_stage(name: str, recipe: Recipe, home: str, force: bool) -> dict:
     """One stage through ``curate.pipeline.run_stage``; returns ``StageResult.to_dict()``."""
-    recipe = config.load_recipe(recipe_path, overrides)
     result = pipeline.run_stage(name, Workspace(Path(home)), recipe, force=force)
     _log_result(result.to_dict())
     return result.to_dict()
 
 
 @task(cache_policy=NONE, task_run_name="rollout-plan")
-def rollout_plan(recipe_path: str, overrides: dict[str, Any] | None, home: str) -> list[Any]:
+def rollout_plan(recipe: Recipe, home: str) -> list[Any]:
     """The rollout shards still to run (finished shards are in the ledger and not planned again)."""
     from curate.rollout import stage as rollout
 
-    recipe = config.load_recipe(recipe_path, overrides)
     return list(rollout.plan_shards(Workspace(Path(home)), recipe.pool, rollout.load_config(recipe)))
 
 
 @task(cache_policy=NONE, task_run_name="rollout-shard-{index}")
-def rollout_shard(recipe_path: str, overrides: dict[str, Any] | None, home: str, shard: Any, index: int) -> str | None:
+def rollout_shard(recipe: Recipe, home: str, shard: Any, index: int) -> str | None:
     """Generate and verify one shard on whichever engine runs this task; returns the ledger part it wrote."""
     from curate.rollout import stage as rollout
 
-    recipe = config.load_recipe(recipe_path, overrides)
     path = rollout.run_shard(Workspace(Path(home)), recipe.pool, rollout.load_config(recipe), shard)
     return None if path is None else str(path)
 
 
 @task(cache_policy=NONE, task_run_name="rollout-finalize")
-def rollout_finalize(recipe_path: str, overrides: dict[str, Any] | None, home: str, force: bool) -> dict:
+def rollout_finalize(recipe: Recipe, home: str, force: bool) -> dict:
     """Refresh the stats and write the ledger's manifest, exactly as the unsharded stage does at its end."""
     from curate.rollout import stage as rollout
 
-    recipe = config.load_recipe(recipe_path, overrides)
     return rollout.finalize(Workspace(Path(home)), recipe.pool, rollout.load_config(recipe), force=force).to_dict()
 
 
@@ -136,23 +125,20 @@ def with_outside_retries(fn):
 
 
 # --------------------------------------------------------------------------------------------------- flows
-@flow(name="curate-rollout-sharded", flow_run_name="rollout shards of {recipe_path}")
-def rollout_sharded(
-    recipe_path: str, overrides: dict[str, Any] | None, home: str, force: bool = False, retries: bool = False
-) -> dict:
-    """The rollout stage as plan -> ``run_shard`` mapped over the task runner (Dask) -> finalize.
+@flow(name="curate-rollout-sharded", flow_run_name="rollout shards of {recipe.name}")
+def rollout_sharded(recipe: Any, home: str, force: bool = False, retries: bool = False) -> dict:
+    """The rollout stage as plan -> ``run_shard`` mapped over the task runner (Dask) -> finalize. ``recipe``: the
+    loaded ``curate.config.Recipe`` (a flow parameter typed ``Any``: see ``curate_dataset``).
 
     ``force`` has the unsharded stage's meaning: the stats are recomputed; ledger rows are never regenerated.
     ``retries``: shards call an endpoint and get the outside-I/O retries.
     """
     t0 = time.perf_counter()
-    shards = rollout_plan(recipe_path, overrides, home)
+    shards = rollout_plan(recipe, home)
     shard_task = with_outside_retries(rollout_shard) if retries else rollout_shard
-    futures = shard_task.map(
-        unmapped(recipe_path), unmapped(overrides), unmapped(home), shards, [shard.index for shard in shards]
-    )
+    futures = shard_task.map(unmapped(recipe), unmapped(home), shards, [shard.index for shard in shards])
     futures.result()  # raises the first shard failure; finished shards stay in the ledger for the re-run
-    result = rollout_finalize(recipe_path, overrides, home, force)
+    result = rollout_finalize(recipe, home, force)
     result["skipped"] = not shards
     result["wall_s"] = round(time.perf_counter() - t0, 3)
     planned = {"shards_run": len(shards), "samples_planned": sum(shard.samples for shard in shards)}
@@ -203,6 +189,7 @@ def curate_dataset(
     force: bool = False,
     home: str | None = None,
     dask_address: str | None = None,
+    recipe: Any = None,
 ) -> dict:
     """Run a recipe's stages (or the subset ``stages``), one task each, and publish the results as artifacts.
 
@@ -214,20 +201,27 @@ def curate_dataset(
         home: workspace root; default ``$CURATE_HOME``, else the recipe's ``home``, else ``./workspace`` (the
             precedence of ``curate.io.Workspace.resolve``, shared with ``curate run``).
         dask_address: run rollout shards on Dask: a scheduler address, or ``"local"`` for a ``LocalCluster``.
+        recipe: ``recipe_path`` already loaded and validated (a ``curate.config.Recipe`` from
+            ``curate.pipeline.load_recipe``): the training flow passes the one its training recipe loaded, so the
+            file is read once; then ``overrides`` must be empty. Typed ``Any`` for Prefect: a served or deployed
+            run validates its parameters where this module's names do not resolve (pydantic: "not fully
+            defined").
     """
     logger = get_run_logger()
-    recipe = config.load_recipe(recipe_path, overrides)
-    names = planned_stages(recipe, stages)
+    if recipe is None:
+        recipe = pipeline.load_recipe(recipe_path, overrides)
+    elif overrides:
+        raise ValueError("give overrides with recipe_path, or an already loaded recipe without them")
+    names = pipeline.planned_stages(recipe, stages)
     ws = Workspace.resolve(home, recipe_home=recipe.home)  # the one precedence `curate run` uses too
     logger.info("recipe %s (pool %s): stages %s into %s", recipe.name, recipe.pool, names, ws.root)
     t0 = time.perf_counter()
     results: list[dict] = []
     failed: dict[str, str] | None = None
     error: Exception | None = None
-    recipe_file = str(Path(recipe_path).resolve())  # tasks may run in other processes (Dask), in other folders
     for name in names:
         try:
-            results.append(_one_stage(name, recipe, recipe_file, overrides, str(ws.root), force, dask_address))
+            results.append(_one_stage(name, recipe, str(ws.root), force, dask_address))
         except Exception as exc:  # publish what finished, then fail the run with the stage's error
             failed, error = {"stage": name, "error": f"{type(exc).__name__}: {exc}"}, exc
             break
@@ -246,22 +240,14 @@ def curate_dataset(
     return report
 
 
-def _one_stage(
-    name: str,
-    recipe: config.Recipe,
-    recipe_path: str,
-    overrides: dict[str, Any] | None,
-    home: str,
-    force: bool,
-    dask_address: str | None,
-) -> dict:
+def _one_stage(name: str, recipe: Recipe, home: str, force: bool, dask_address: str | None) -> dict:
     outside = touches_outside(name, recipe)
     if name == "rollout" and dask_address:
         sharded = rollout_sharded.with_options(task_runner=dask_runner(dask_address))
         with api_url_for_workers():
-            return sharded(recipe_path, overrides, home, force, retries=outside)
+            return sharded(recipe, home, force, retries=outside)
     stage_task = with_outside_retries(run_stage) if outside else run_stage
-    return stage_task(name, recipe_path, overrides, home, force)
+    return stage_task(name, recipe, home, force)
 
 
 def _log_result(result: dict) -> None:

@@ -1,7 +1,9 @@
 """The training flow: one recipe from raw pool to trained model (``train-chain``), one Prefect task per step.
 
-Where it sits: ``flows -> training -> curate``. It holds no training logic and no control flow of its own: it runs
-``training.runner.run_chain``, the function behind ``training run``, with a ``call`` that turns each step
+Where it sits: ``flows -> training -> curate``. It holds no training logic and no control flow of its own: it
+loads the recipe once (``training.recipe.load_recipe``: the training recipe and its curation recipe), opens the run
+folder once (``training.chain.open_run``), hands the loaded curation recipe to the ``curate-dataset`` subflow and
+runs ``training.runner.run_opened``, the steps behind ``training run``, with a ``call`` that turns each step
 (``init_model``, ``sft``, one ``rl_stage``, ``evaluate_model``, ``decide``, the CoScale steps, ``redistill``,
 ``fit_and_plot``, ``write_summary``) into a task named after it. The CLI and the flow therefore take the same steps
 in the same order, and the recipe's ``decide`` section (stop when the fitted asymptote is near, CoScale
@@ -46,7 +48,7 @@ from prefect.runtime import flow_run
 from flows import artifacts
 from flows.curation import curate_dataset, exit_on_sigterm, reap_orphaned_servers
 from training import runner
-from training.chain import open_run
+from training.chain import check_launch, open_run
 from training.recipe import load_recipe
 
 
@@ -131,21 +133,20 @@ def train_chain(
     recipe = load_recipe(recipe_path, overrides)
     run = open_run(recipe, home, out, echo=_log)
     logger.info("recipe %s (pool %s, part %s) into %s", recipe.name, recipe.pool, part, run.run_dir)
-    if recipe.curate_recipe and part != "training":
+    if recipe.curate is not None and part != "training":
         if runner.curation_pinned(run):
             logger.info("curation pinned: this run has started training (a run with a new name re-curates)")
         else:
-            curate_dataset(recipe_path=recipe.curate_recipe, home=str(run.ws.root))
+            curate_dataset(recipe_path=recipe.curate_recipe, home=str(run.ws.root), recipe=recipe.curate)
     if part == "curation":
         return {"run_dir": str(run.run_dir), "part": part}
     if training_pool and part == "all":
         params = {"recipe_path": recipe_path, "overrides": overrides, "home": str(run.ws.root),
                   "out": str(run.run_dir), "part": "training"}  # fmt: skip
         return {"run_dir": str(run.run_dir), "handed_off": hand_off(training_pool, params)}
+    check_launch(recipe)  # the training part's launcher, where it runs (a hand-off checks it on the GPU pool)
     try:
-        summary = runner.run_chain(
-            recipe, home=str(run.ws.root), out=run.run_dir, echo=_log, call=step_task, curate=False
-        )
+        summary = runner.run_opened(run, call=step_task, curate=False)
     except Exception as exc:  # publish what finished, then fail the run with the step's error
         try:
             artifacts.publish_training(runner.write_summary(run, extra={"failed": f"{type(exc).__name__}: {exc}"}))

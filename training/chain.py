@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from curate import io
+from curate.config import placement_keys
 from curate.errors import ConfigError, CurateError, InputError
 from curate.manifest import file_hash
 from curate.progress import set_status
@@ -46,9 +47,9 @@ STEP_LOG = "step.log"  # a training step's output, beside its run folder's files
 LOCK = "run.lock"  # one writer per run folder (``run_lock``)
 RECIPE = "recipe.json"  # the resolved recipe the run was made with
 RUNNING = "running.json"  # what a live run is doing, how far (curate.progress.status_file; ``training show``)
-# Recipe keys that change speed or placement, not results: a rerun may change them on an existing run folder.
-HARMLESS = frozenset({"home", "launch", "eval.threads", "eval.device", "sft.torch_threads", "sft.report_to",
-                      "rl.report_to", "redistill.sft.torch_threads", "redistill.sft.report_to"})  # fmt: skip
+# Recipe keys that change speed or placement, not results (the fields marked ``curate.config.placement``): a rerun
+# may change them on an existing run folder.
+HARMLESS = placement_keys(RunRecipe)
 COSCALE = "coscale"  # run-folder subfolder of the CoScale iterations (coscale/itN/)
 
 

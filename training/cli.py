@@ -2,8 +2,8 @@
 
 Verbs: ``run`` (the whole chain from a recipe), ``show``, ``init-tiny``, ``init-packaged``, ``sft``, ``rl``,
 ``redistill``, ``merge``, ``eval``, ``fit`` and ``reward`` (score a file with the exact TRL reward the trainer
-calls). Errors go through ``curate.console.run_app``: a ``CurateError`` (bad config, missing input) prints one line
-and exits 2, anything else keeps its traceback.
+calls). Errors go through ``curate.console.run_app`` only (no verb catches its own): a ``CurateError`` (bad config,
+missing input) prints one line and exits 2, anything else keeps its traceback.
 """
 
 from __future__ import annotations
@@ -96,10 +96,7 @@ def eval_(
         if not model_dir.is_dir():
             raise InputError(f"{model_dir} is not a model folder")
         check_model(model_dir)  # no config.json, a damaged one, or damaged weights: one line
-    try:
-        problems = heldout_problems(home, pool, split=split, limit=limit)
-    except (FileNotFoundError, ValueError) as exc:
-        raise InputError(str(exc)) from exc
+    problems = heldout_problems(home, pool, split=split, limit=limit)
     given = {"k": k, "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens,
              "batch_size": batch_size, "seed": seed, "device": device, "threads": threads}  # fmt: skip
     if base_url is not None:
@@ -138,11 +135,7 @@ def fit(
     from training.scaling import FitConfig
 
     cfg = FitConfig(skip_frac=skip_frac, min_compute=min_compute, r0=r0, near_margin=margin, compute_unit=unit)
-    try:
-        result = fit_run(source, cfg, extrapolate_to=extrapolate, plot=not no_plot)
-    except (FileNotFoundError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    result = fit_run(source, cfg, extrapolate_to=extrapolate, plot=not no_plot)
     if as_json:
         sys.stdout.write(json.dumps(result, indent=2, default=float) + "\n")
         return
@@ -195,15 +188,10 @@ def init_tiny(
     as_json: _JsonOpt = False,
 ) -> None:
     """Build a random-init tiny Qwen2 + tokenizer for the built-in generator's problems (no download)."""
-    from curate.errors import CurateError
+    from training.card import read_lineage
     from training.tiny import TinyConfig, init_tiny
 
-    try:
-        path = init_tiny(out, TinyConfig(size=size, seed=seed))
-    except (CurateError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    from training.card import read_lineage
+    path = init_tiny(out, TinyConfig(size=size, seed=seed))
 
     _report({"model": str(path), **read_lineage(path)["metrics"]}, as_json)
 
@@ -291,16 +279,12 @@ def merge(
     as_json: _JsonOpt = False,
 ) -> None:
     """Merge fine-tuned models tensor by tensor (peft merge_utils); refuses different architectures."""
-    from curate.errors import CurateError
+    from curate.config import from_mapping, parse_overrides
     from training.merge import MergeConfig, merge_models
 
-    try:
-        w = tuple(float(x) for x in weights.split(",")) if weights else None
-        summary = merge_models(models, base=base, out_dir=out, cfg=MergeConfig(method=method, weights=w,
-                                                                                density=density))  # fmt: skip
-    except (CurateError, FileNotFoundError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    given = parse_overrides([f"weights=[{weights}]"] if weights else [])  # "0.5,0.5" -> [0.5, 0.5]; checked below
+    cfg = from_mapping(MergeConfig, {"method": method, "density": density, **given}, "merge")
+    summary = merge_models(models, base=base, out_dir=out, cfg=cfg)
     _report({"out": str(out), **summary}, as_json)
 
 

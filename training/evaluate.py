@@ -36,7 +36,8 @@ import polars as pl
 
 from curate import io, verify
 from curate import schema as S
-from curate.errors import ConfigError
+from curate.config import placement
+from curate.errors import ConfigError, InputError
 from curate.progress import bar
 from curate.prompts import INSTRUCTION, user_message
 from curate.rollout.backends import (
@@ -92,9 +93,9 @@ class EvalConfig:
     seed: int = 0
     limit: int | None = None
     instruction: str = INSTRUCTION
-    device: str = "auto"
+    device: str = placement("auto")
     dtype: str = "auto"
-    threads: int = 0
+    threads: int = placement(0)
     min_samples: int = 200
     backend: str = "hf"
     vllm: VLLMOptions = field(default_factory=VLLMOptions)
@@ -114,11 +115,11 @@ def heldout_problems(
     ws = workspace if isinstance(workspace, io.Workspace) else io.Workspace.resolve(workspace)
     df = io.read_parquet(ws.require_pool(pool))
     if S.SPLIT not in df.columns:
-        raise ValueError(f"pool {pool!r}: problems table has no {S.SPLIT!r} column; cannot tell test from train")
+        raise InputError(f"pool {pool!r}: problems table has no {S.SPLIT!r} column; cannot tell test from train")
     have = sorted(df[S.SPLIT].drop_nulls().unique().to_list())
     df = df.filter(pl.col(S.SPLIT) == split)
     if df.is_empty():
-        raise ValueError(f"pool {pool!r} has no {split!r} problems (splits present: {have or 'none'})")
+        raise InputError(f"pool {pool!r} has no {split!r} problems (splits present: {have or 'none'})")
     cols = [c for c in (S.PROBLEM_ID, S.PROBLEM, S.ANSWER, S.ANSWER_ALTERNATIVES, S.LEVEL, S.META) if c in df.columns]
     df = df.select(cols).sort(S.PROBLEM_ID)
     return df.head(limit) if limit is not None else df
@@ -153,6 +154,55 @@ def summarize(per_problem: pl.DataFrame, k: int, min_samples: int = 200) -> dict
             f"{p:.3f} +- {se:.3f} (SE) cannot separate checkpoints closer than ~{2 * se:.2f}. Raise --k or --limit."
         )
     return {"pass_at_1": p, "stderr": se, "n_problems": n, "k": k, "n_samples": samples, "warning": warning}
+
+
+def _per_problem(
+    df: pl.DataFrame, rows: Sequence[Completion], messages: Sequence[str], verify_cfg: verify.VerifyConfig
+) -> tuple[pl.DataFrame, list[verify.Verdict]]:
+    """Every sample of ``rows`` (in problem order, ``k`` per problem) judged against its problem's golds, and the
+    per-problem table ``evaluate`` returns (n_samples, n_correct, mean, truncated, mean_tokens, scored); also the
+    verdicts, one per row."""
+    ids = df[S.PROBLEM_ID].to_list()
+    golds = _golds(df)
+    golds_of = dict(zip(ids, golds, strict=True))
+    # Which golds the checker can read, asked once per problem with a stand-in answer: a problem whose samples
+    # never reached the gold (no answer extracted) must still be told apart from one whose gold is unreadable.
+    probe = verify.check_batch(["\\boxed{0}"] * len(ids), golds, verify_cfg)
+    gold_ok = {pid: v.detail != verify.GOLD_UNPARSEABLE for pid, v in zip(ids, probe, strict=True)}
+    msg_of = dict(zip(ids, messages, strict=True))
+    verdicts = verify.check_batch(
+        [c.text for c in rows],
+        [golds_of[c.problem_id] for c in rows],
+        verify_cfg,
+        finish_reasons=[c.finish_reason for c in rows],
+        prompts=[msg_of[c.problem_id] for c in rows],
+    )
+    table = (
+        pl.DataFrame(
+            {
+                S.PROBLEM_ID: [c.problem_id for c in rows],
+                "correct": [v.correct for v in verdicts],
+                "verdict": [v.verdict for v in verdicts],
+                "gold_ok": [
+                    gold_ok[c.problem_id] and v.detail != verify.GOLD_UNPARSEABLE
+                    for c, v in zip(rows, verdicts, strict=True)
+                ],
+                "truncated": [c.finish_reason == "length" for c in rows],
+                "tokens": [c.completion_tokens for c in rows],
+            },
+            schema_overrides={"tokens": pl.Int64},
+        )
+        .group_by(S.PROBLEM_ID, maintain_order=True)
+        .agg(
+            pl.len().cast(pl.Int64).alias("n_samples"),
+            pl.col("correct").sum().cast(pl.Int64).alias("n_correct"),
+            pl.col("correct").mean().alias("mean"),
+            pl.col("truncated").sum().cast(pl.Int64).alias("truncated"),
+            pl.col("tokens").mean().alias("mean_tokens"),
+            pl.col("gold_ok").all().alias("scored"),
+        )
+    )
+    return table, verdicts
 
 
 def evaluate(
@@ -206,46 +256,8 @@ def evaluate(
         raise RuntimeError(
             f"generation returned {len(completions)} completions; {len(absent)} missing, e.g. {absent[0]}"
         )
-    golds = _golds(df)
-    golds_of = dict(zip(ids, golds, strict=True))
-    # Which golds the checker can read, asked once per problem with a stand-in answer: a problem whose samples
-    # never reached the gold (no answer extracted) must still be told apart from one whose gold is unreadable.
-    probe = verify.check_batch(["\\boxed{0}"] * len(ids), golds, verify_cfg)
-    gold_ok = {pid: v.detail != verify.GOLD_UNPARSEABLE for pid, v in zip(ids, probe, strict=True)}
-    msg_of = dict(zip(ids, messages, strict=True))
     rows = [by_key[key] for key in wanted]
-    verdicts = verify.check_batch(
-        [c.text for c in rows],
-        [golds_of[c.problem_id] for c in rows],
-        verify_cfg,
-        finish_reasons=[c.finish_reason for c in rows],
-        prompts=[msg_of[c.problem_id] for c in rows],
-    )
-    table = (
-        pl.DataFrame(
-            {
-                S.PROBLEM_ID: [c.problem_id for c in rows],
-                "correct": [v.correct for v in verdicts],
-                "verdict": [v.verdict for v in verdicts],
-                "gold_ok": [
-                    gold_ok[c.problem_id] and v.detail != verify.GOLD_UNPARSEABLE
-                    for c, v in zip(rows, verdicts, strict=True)
-                ],
-                "truncated": [c.finish_reason == "length" for c in rows],
-                "tokens": [c.completion_tokens for c in rows],
-            },
-            schema_overrides={"tokens": pl.Int64},
-        )
-        .group_by(S.PROBLEM_ID, maintain_order=True)
-        .agg(
-            pl.len().cast(pl.Int64).alias("n_samples"),
-            pl.col("correct").sum().cast(pl.Int64).alias("n_correct"),
-            pl.col("correct").mean().alias("mean"),
-            pl.col("truncated").sum().cast(pl.Int64).alias("truncated"),
-            pl.col("tokens").mean().alias("mean_tokens"),
-            pl.col("gold_ok").all().alias("scored"),
-        )
-    )
+    table, verdicts = _per_problem(df, rows, messages, verify_cfg)
     samples = pl.DataFrame(
         {
             S.PROBLEM_ID: [c.problem_id for c in rows],
@@ -346,13 +358,6 @@ def groups(problems: pl.DataFrame, by: str) -> pl.DataFrame:
     if all(v is None for v in values):
         raise ValueError(f"eval.by {by!r}: no problem has a value")
     return pl.DataFrame({S.PROBLEM_ID: problems[S.PROBLEM_ID], "group": [str(v) for v in values]})
-
-
-def pass_by(per_problem: pl.DataFrame, grouping: pl.DataFrame) -> dict[str, dict[str, float]]:
-    """pass@1 and problem count per group (``groups``) of one model's per-problem table."""
-    df = per_problem.filter(pl.col("scored")).join(grouping, on=S.PROBLEM_ID, how="inner")
-    rows = df.group_by("group").agg(pl.col("mean").mean().alias("pass_at_1"), pl.len().alias("n")).sort("group")
-    return {g: {"pass_at_1": p, "n": n} for g, p, n in rows.iter_rows()}
 
 
 def paired_gain_by(after: pl.DataFrame, before: pl.DataFrame, grouping: pl.DataFrame) -> dict[str, dict[str, Any]]:

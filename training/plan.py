@@ -4,9 +4,11 @@ Pure and torch-free, so a recipe is checked in milliseconds before any model is 
 paper's settings (FastCuRL: context 8K -> 16K -> 24K -> 16K, rollouts per prompt, prompt batch, steps, KL and
 entropy coefficients, learning rate, temperature). A recipe decides which of those it follows (``plan_fields``),
 may shrink them to the model at hand (``scale``: a tiny CPU model cannot use a 24K context), and sets anything
-else per stage (``stages.<name>``). Precedence, lowest first:
+else per stage (``stages.<name>``). Precedence, lowest first (every layer through ``training.recipe.stage_rl``,
+so a stage's settings are one validated ``RLConfig`` from here to the step's process):
 
-    RLConfig defaults < recipe ``rl`` < plan fields (scaled) < recipe ``stages.<stage name>``
+    RLConfig defaults < recipe ``rl`` < plan fields (scaled) < recipe ``stages.<stage name>`` < the run's settings
+    (``RunRecipe.run_settings``: ``eval.every``)
 
 The recipe's own sections are checked when it loads (``training.recipe``); the plan's stage names and values are
 checked here, as soon as the curriculum exists, before the first stage trains.
@@ -15,7 +17,7 @@ checked here, as soon as the curriculum exists, before the first stage trains.
 ...     "steps": 160, "max_response_length": 8192, "use_kl_loss": True, "kl_loss_coef": 0.001}]}
 >>> scale = PlanScale(context=1 / 128, max_prompts_per_step=4)
 >>> s = rl_stages(plan, Path("c"), RLConfig(loss_type="cispo"), scale=scale)
->>> s[0].rl["max_completion_length"], s[0].rl["prompts_per_step"], s[0].rl["beta"]
+>>> s[0].rl.max_completion_length, s[0].rl.prompts_per_step, s[0].rl.beta
 (64, 4, 0.001)
 """
 
@@ -36,13 +38,13 @@ from training.rl import RLConfig
 
 @dataclass(frozen=True)
 class StagePlan:
-    """One RL stage ready to train: its name, shard, row count and the validated ``RLConfig`` mapping."""
+    """One RL stage ready to train: its name, shard, row count and its validated ``RLConfig``."""
 
     index: int
     name: str
     shard: Path
     rows: int
-    rl: dict[str, Any]
+    rl: RLConfig
 
     @property
     def folder(self) -> str:
@@ -50,6 +52,8 @@ class StagePlan:
 
 
 def _plan_values(entry: Mapping[str, Any], fields: Sequence[str], scale: PlanScale) -> dict[str, Any]:
+    """The ``RLConfig`` values of one plan stage for the recipe's ``plan_fields``, scaled (``_scaled``); ``kl`` is
+    beta = kl_loss_coef when use_kl_loss, else 0."""
     out: dict[str, Any] = {}
     for key in fields:
         if key == "kl":
@@ -58,21 +62,25 @@ def _plan_values(entry: Mapping[str, Any], fields: Sequence[str], scale: PlanSca
             continue
         if key not in PLAN_TO_RL:
             raise ConfigError(f"plan_fields: unknown field {key!r}; known: {list(PLAN_FIELDS)}")
-        if entry.get(key) is None:
-            continue
-        value = entry[key]
-        if key == "max_response_length":
-            value = max(scale.min_context, round(value * scale.context))
-        elif key == "max_prompt_length":
-            value = max(scale.min_context, round(value * scale.prompt_length))
-        elif key == "steps":
-            value = max(1, math.ceil(value * scale.steps))
-        elif key == "prompt_batch" and scale.max_prompts_per_step:
-            value = min(value, scale.max_prompts_per_step)
-        elif key == "n" and scale.max_num_generations:
-            value = min(value, scale.max_num_generations)
-        out[PLAN_TO_RL[key]] = value
+        if entry.get(key) is not None:
+            out[PLAN_TO_RL[key]] = _scaled(key, entry[key], scale)
     return out
+
+
+def _scaled(key: str, value: Any, scale: PlanScale) -> Any:
+    """A plan value shrunk to the model at hand: context and prompt length by their factors (at least
+    ``min_context`` tokens), steps by theirs (at least 1), prompts per step and rollouts capped."""
+    if key == "max_response_length":
+        return max(scale.min_context, round(value * scale.context))
+    if key == "max_prompt_length":
+        return max(scale.min_context, round(value * scale.prompt_length))
+    if key == "steps":
+        return max(1, math.ceil(value * scale.steps))
+    if key == "prompt_batch" and scale.max_prompts_per_step:
+        return min(value, scale.max_prompts_per_step)
+    if key == "n" and scale.max_num_generations:
+        return min(value, scale.max_num_generations)
+    return value
 
 
 def rl_stages(
@@ -84,11 +92,13 @@ def rl_stages(
     scale: PlanScale = PlanScale(),
     per_stage: Mapping[str, Mapping[str, Any]] | None = None,
     only: Sequence[str] | None = None,
+    run: Mapping[str, Any] | None = None,
 ) -> list[StagePlan]:
     """The plan's stages in order as ``StagePlan`` records (see the module docstring for the precedence).
 
-    only: train just these stage names (in plan order). Raises ``ConfigError`` for an unknown stage name in
-    ``per_stage``/``only``, a stage without a shard, or any invalid RL setting.
+    only: train just these stage names (in plan order). run: the run's settings on every stage, last
+    (``RunRecipe.run_settings``). Raises ``ConfigError`` for an unknown stage name in ``per_stage``/``only``, a
+    stage without a shard, or any invalid RL setting.
     """
     entries = list(plan.get("stages") or [])
     if not entries:
@@ -104,16 +114,17 @@ def rl_stages(
             continue
         if not entry.get("shard"):
             raise ConfigError(f"plan stage {name!r} has no shard")
-        cfg = stage_rl(
-            base or RLConfig(), _plan_values(entry, fields, scale), per_stage.get(name), where=f"stages.{name}"
-        )
-        out.append(StagePlan(i, name, Path(plan_dir) / entry["shard"], int(entry.get("rows") or 0), cfg.to_dict()))
+        layers = (_plan_values(entry, fields, scale), per_stage.get(name), run)
+        cfg = stage_rl(base or RLConfig(), *layers, where=f"stages.{name}")
+        out.append(StagePlan(i, name, Path(plan_dir) / entry["shard"], int(entry.get("rows") or 0), cfg))
     return out
 
 
-def single_stage(train: Path, base: RLConfig | None = None, name: str = "rl") -> list[StagePlan]:
+def single_stage(
+    train: Path, base: RLConfig | None = None, name: str = "rl", run: Mapping[str, Any] | None = None
+) -> list[StagePlan]:
     """One RL stage over one prompt file (a selection's ``trl.parquet`` or a shard), no plan."""
-    return [StagePlan(0, name, Path(train), 0, (base or RLConfig()).to_dict())]
+    return [StagePlan(0, name, Path(train), 0, stage_rl(base or RLConfig(), run))]
 
 
 def plan_stages(recipe: RunRecipe, ws: io.Workspace, pinned: Path | None = None) -> list[StagePlan]:
@@ -121,14 +132,14 @@ def plan_stages(recipe: RunRecipe, ws: io.Workspace, pinned: Path | None = None)
     stage over ``train``; from ``pinned`` (a run's own copy of its curriculum folder or train file) when given.
     Raises ``InputError`` when the curriculum has no plan yet."""
     if recipe.train:
-        return single_stage(pinned or resolve_path(ws, recipe.train), recipe.rl)
+        return single_stage(pinned or resolve_path(ws, recipe.train), recipe.rl, run=recipe.run_settings())
     plan_path = (pinned or ws.curriculum_dir(recipe.curriculum)) / "plan.json"
     if not plan_path.is_file():
         raise InputError(f"curriculum {recipe.curriculum!r} has no plan.json at {plan_path}: run `curate curriculum`")
     plan = json.loads(plan_path.read_text())
     return rl_stages(
         plan, plan_path.parent, recipe.rl, fields=recipe.plan_fields, scale=recipe.scale, per_stage=recipe.stages,
-        only=recipe.only_stages,
+        only=recipe.only_stages, run=recipe.run_settings(),
     )  # fmt: skip
 
 

@@ -217,21 +217,6 @@ def plot_plan(run_dir: str | Path, out: str | Path | None = None) -> Path | None
     return draw(plan, out or run_dir / "plan.png", bands, trained=trained, trained_in=f"run {run_dir.name}")
 
 
-def plot_run(run_dir: str | Path, fit_cfg: Any = None) -> list[Path]:
-    """Every figure the run folder has data for: training.png, eval.png, plan.png and fit.png (the last needs at
-    least four eval points with compute > 0); returns the paths written."""
-    run_dir = Path(run_dir)
-    written = [p for p in (plot_training(run_dir), plot_eval(run_dir), plot_plan(run_dir)) if p is not None]
-    path = run_dir / "eval.parquet"
-    if path.is_file():
-        df = pl.read_parquet(path)
-        if df.filter(pl.col("compute") > 0).height >= 4:
-            cfg = fit_cfg or FitConfig()
-            fit = fit_sigmoid(df["compute"], df["pass_at_1"], cfg)
-            written.append(plot_fit(fit, run_dir / "fit.png", cfg=cfg, stderr=fit_stderr(df)))
-    return written
-
-
 def fit_stderr(df: pl.DataFrame) -> list[float] | None:
     """An eval frame's ``stderr`` in ``fit_sigmoid``'s point order (finite points sorted by compute); None without."""
     if "stderr" not in df.columns:
@@ -245,16 +230,18 @@ def read_curve(path: str | Path) -> tuple[np.ndarray, np.ndarray, Path]:
     """(compute, pass_at_1, folder) from a run folder (its ``eval.parquet``) or a CSV / Parquet file."""
     import polars as pl
 
+    from curate.errors import InputError, MissingInput
+
     path = Path(path)
     file = path / "eval.parquet" if path.is_dir() else path
     if not file.is_file():
-        raise FileNotFoundError(f"{file} not found (give a run folder with eval.parquet, or a CSV/Parquet file)")
+        raise MissingInput(f"{file} not found (give a run folder with eval.parquet, or a CSV/Parquet file)")
     from curate.io import read_rows
 
     df = read_rows(file, "eval curve to fit")
     missing = [col for col in (COMPUTE, PASS_AT_1) if col not in df.columns]
     if missing:
-        raise ValueError(f"{file}: column(s) {missing} missing; have {df.columns}")
+        raise InputError(f"{file}: column(s) {missing} missing; have {df.columns}")
     return df[COMPUTE].cast(pl.Float64).to_numpy(), df[PASS_AT_1].cast(pl.Float64).to_numpy(), file.parent
 
 

@@ -9,8 +9,15 @@ a recipe is checked in milliseconds, before curation or any model work.
 
 Each section's type lives beside the step that uses it (``RLConfig`` in ``training.rl``, ``SFTRunConfig`` in
 ``training.sft``, ``EvalConfig`` in ``training.evaluate``, ...), as curate keeps each stage's config beside its
-stage; this module composes them. The recipe's one ``seed`` reaches every section that takes a seed unless the
-section sets its own.
+stage; this module composes them. The recipe's one ``seed`` reaches every training section that takes a seed
+(``tiny``, ``sft``, ``rl``, ``eval``, ``redistill``) unless the section sets its own; the curate stages the chain
+runs (curation, ``measure``, ``decide``) keep the curation recipe's ``seed``, as ``curate run`` does.
+
+Each recipe file is read and validated once, here: ``load_recipe`` reads the training recipe, loads its
+``curate_recipe`` through ``curate.pipeline.load_recipe`` (every section checked) and keeps it as ``RunRecipe.curate``;
+the chain, the Prefect flow and the curate steps it runs take these typed objects and never read a file again.
+What the run's own settings do to each RL stage (``eval.every`` sets the checkpoint interval) and what the plan's
+stage names allow (``stages.<name>``, ``only_stages``) is checked here too, before any work.
 
     recipe = load_recipe("training/recipes/tiny/fastcurl.yaml", {"rl.learning_rate": "1e-4"})
 """
@@ -18,13 +25,14 @@ section sets its own.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from curate import io
-from curate.config import apply_overrides, from_mapping, read_yaml, unknown_key_error
+from curate.config import Recipe, apply_overrides, from_mapping, placement, read_yaml, unknown_key_error
 from curate.errors import ConfigError
 from training.evaluate import EvalConfig
 from training.packaged import packaged_name
@@ -127,7 +135,7 @@ class DecideSection:
     rollout: ``curate rollout`` settings for re-measuring (``model`` is set to the current model; ``backend``
     defaults to ``hf``). solutions: ``curate solutions`` settings over the curate recipe's section (``student``
     and ``name`` are set per iteration; ``selection`` defaults to the curriculum's). Both are checked against
-    curate's own stage configs when the recipe loads (``training.coscale.validate``).
+    curate's own stage configs when the recipe loads (``RunRecipe.__post_init__``).
     """
 
     stop_margin: float = 0.02
@@ -181,15 +189,16 @@ class RunRecipe:
     (``training.plan``). redistill: re-distil the starting model on the last stage's correct rollouts. fit:
     ``training.scaling.FitConfig``. decide: stop / CoScale decisions (``DecideSection``). measure: the SFT model's
     own pass rates over the RL candidates before RL, and the curriculum built from them (``MeasureSection``; needs
-    ``sft``, ``curriculum`` and ``curate_recipe``). seed: one seed for every
-    step. launch: the command that starts each training step instead of ``python``, e.g. ``[accelerate, launch,
-    --config_file, training/recipes/accelerate/zero2.yaml]`` for several GPUs.
+    ``sft``, ``curriculum`` and ``curate_recipe``). seed: one seed for every training section (the curate
+    stages keep the curation recipe's). launch: the command that starts each training step instead of ``python``,
+    e.g. ``[accelerate, launch, --config_file, training/recipes/accelerate/zero2.yaml]`` for several GPUs.
+    curate: the loaded ``curate_recipe`` (set by ``recipe_from_mapping``, not a key of the file).
     """
 
     name: str
     pool: str
     model: str = "tiny"
-    home: str | None = None
+    home: str | None = placement(None)
     seed: int = 0
     curate_recipe: str | None = None
     curriculum: str | None = None
@@ -206,7 +215,8 @@ class RunRecipe:
     fit: FitConfig = field(default_factory=FitConfig)
     decide: DecideSection | None = None
     measure: MeasureSection | None = None
-    launch: list[str] | None = None
+    launch: list[str] | None = placement(None)
+    curate: Recipe | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         packaged_name(self.model)  # ``package:<name>``: a known packaged model (``training.packaged``), now
@@ -219,21 +229,78 @@ class RunRecipe:
             raise unknown_key_error(unknown, set(PLAN_FIELDS), "plan_fields")
         if self.measure is not None and not (self.curriculum and self.curate_recipe):  # no sft: the starting model
             raise ConfigError("recipe: `measure` needs `curriculum` (the one it builds) and `curate_recipe`")
+        if bool(self.curate_recipe) != (self.curate is not None):
+            raise ConfigError("recipe: `curate_recipe` is loaded by training.recipe.load_recipe (give the file)")
+        stage_rl(self.rl, self.run_settings(), where="rl")  # the run's own settings on every stage, now
         for name, section in self.stages.items():
-            stage_rl(self.rl, section, where=f"stages.{name}")  # every stage's keys and values, now
+            stage_rl(self.rl, section, self.run_settings(), where=f"stages.{name}")  # every stage's keys and values
+        _check_curate_sections(self)
+
+    def run_settings(self) -> dict[str, Any]:
+        """What the run sets on every RL stage from its own sections, last (``stage_rl``): with ``eval.every``,
+        a checkpoint every that many steps (the chain evaluates them), all of them kept."""
+        return {"save_steps": self.eval.every, "save_total_limit": None} if self.eval.every else {}
 
     def to_dict(self) -> dict[str, Any]:
-        """The resolved recipe as JSON-simple data (``recipe.json`` of a run)."""
+        """The resolved recipe as JSON-simple data (``recipe.json`` of a run; ``curate`` is the file it names)."""
         import json
 
-        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "curate"}
+        data = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in data.items()}
+        return json.loads(json.dumps(data, default=str))
+
+
+RUN_KEYS = {"save_steps": "eval.every"}  # RLConfig keys ``RunRecipe.run_settings`` sets, by the recipe key
+
+
+def _check_curate_sections(recipe: RunRecipe) -> None:
+    """The curate sections the chain will run (``measure``, ``decide``), each as curate reads it (a placeholder
+    model), and the ``stages.<name>`` / ``only_stages`` names against the stage names the run's curriculum plan
+    will have (``curate.curriculum.stage.stage_names``): a typo fails at load, not after curation, SFT and
+    ``measure``."""
+    from curate import pipeline
+
+    plan = None  # the curriculum config that builds the run's curriculum, when this recipe says
+    if recipe.measure is not None:
+        for stage, section in measure_sections(recipe, "<model>").items():
+            checked = pipeline.section(curate_recipe(recipe, stage, section), stage)
+            plan = checked if stage == "curriculum" else plan
+    elif recipe.curate is not None and "curriculum" in recipe.curate.stages:
+        built = pipeline.section(recipe.curate, "curriculum")
+        plan = built if built.name == recipe.curriculum else None  # else a curriculum built elsewhere
+    if recipe.decide is not None:
+        pipeline.section(curate_recipe(recipe, "rollout", rollout_section(recipe, "<model>")), "rollout")
+        pipeline.section(
+            curate_recipe(recipe, "solutions", solutions_section(recipe, "<model>", 1, None)), "solutions"
+        )
+    if plan is not None:  # without it the names are checked when the chain reads the plan
+        _check_stage_names(recipe, plan)
+
+
+def _check_stage_names(recipe: RunRecipe, plan: Any) -> None:
+    """``stages.<name>`` and ``only_stages`` against the stages a plan of curriculum config ``plan`` can have."""
+    from curate.curriculum.stage import stage_names
+
+    names = stage_names(plan)
+    unknown = sorted(set(recipe.stages) - set(names))
+    if unknown:
+        raise unknown_key_error(unknown, names, f"stages (the stages of curriculum {recipe.curriculum!r})")
+    for name in recipe.only_stages or ():
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            where = f"curriculum {recipe.curriculum!r}"
+            raise ConfigError(f"only_stages: {name!r}{hint} is not a stage of {where}: {names}")
 
 
 def stage_rl(base: RLConfig, *layers: Mapping[str, Any] | None, where: str = "rl") -> RLConfig:
     """``base`` with ``layers`` of ``rl`` keys on top, in order (a nested ``sampler`` mapping is merged key by key),
-    validated as one ``RLConfig``: how the plan's fields and a ``stages.<name>`` section apply to the recipe's
-    ``rl``. Raises ``ConfigError`` naming ``where`` for an unknown key or a bad value."""
-    data = base.to_dict()
+    validated as one ``RLConfig``: the one way a stage's settings change (the plan's fields, ``stages.<name>``, the
+    run's ``run_settings``, the chain's ledger model). Raises ``ConfigError`` naming ``where`` for an unknown key or a
+    bad value, and the recipe key (``eval.every``) for a value the run set (``RUN_KEYS``)."""
+    import re
+
+    data = dataclasses.asdict(base)
     sampler = {k: v for k, v in data.pop("sampler").items() if k not in ("policy", "seed")}  # they follow rl's
     for layer in layers:
         layer = dict(layer or {})
@@ -243,7 +310,11 @@ def stage_rl(base: RLConfig, *layers: Mapping[str, Any] | None, where: str = "rl
     try:
         return load_rl_config({**data, "sampler": sampler})
     except ConfigError as exc:
-        raise ConfigError(str(exc).replace(" in rl", f" in {where}").replace("rl.", f"{where}.", 1)) from None
+        text = str(exc).replace(" in rl", f" in {where}")
+        if any(dict(layer or {}).get(key) is not None for layer in layers for key in RUN_KEYS):
+            for key, name in RUN_KEYS.items():
+                text = text.replace(f"rl.{key}", name)
+        raise ConfigError(re.sub(r"\brl\.", f"{where}.", text)) from None
 
 
 def load_recipe(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunRecipe:
@@ -254,31 +325,23 @@ def load_recipe(path: str | Path, overrides: Mapping[str, Any] | None = None) ->
 
 
 def recipe_from_mapping(data: Mapping[str, Any]) -> RunRecipe:
-    """``RunRecipe`` from a mapping (a YAML file's content), the recipe's ``seed`` put into every seeded section
-    that does not set one, and the ``decide`` sections checked against curate's stage configs."""
+    """``RunRecipe`` from a mapping (a YAML file's content): the recipe's ``seed`` put into every seeded section
+    that does not set one, the ``curate_recipe`` file loaded and validated (``curate.pipeline.load_recipe``, once)
+    and every section checked (``RunRecipe.__post_init__``)."""
     data = dict(data)
+    if "curate" in data:
+        raise unknown_key_error(["curate"], {f.name for f in dataclasses.fields(RunRecipe)} - {"curate"}, "recipe")
     seed = data.get("seed", 0)
     for key in SEEDED:  # sections with a default (tiny, rl, eval) take the seed even when the recipe omits them
         section = data.get(key, {} if key in ("tiny", "rl", "eval") else None)
         if isinstance(section, Mapping) and "seed" not in section:
             data[key] = {**section, "seed": seed}
-    recipe = from_mapping(RunRecipe, data, "recipe")
-    if recipe.curate_recipe:  # the curation recipe, every section of it, before any work
+    path = data.get("curate_recipe")
+    if isinstance(path, str) and path:  # the curation recipe, every section of it, before any work
         from curate import pipeline
 
-        pipeline.load_recipe(recipe.curate_recipe)
-    if recipe.measure is not None:  # as curate would read them (placeholder model): a typo fails now
-        from curate import pipeline
-
-        for stage, section in measure_sections(recipe, "<model>").items():
-            pipeline.validate(curate_recipe(recipe, stage, section))
-    if recipe.decide is not None:  # as curate would read them (placeholder model): a typo fails now
-        from curate.rollout import stage as rollout_stage
-        from curate.solutions import stage as solutions_stage
-
-        rollout_stage.load_config(curate_recipe(recipe, "rollout", rollout_section(recipe, "<model>")))
-        solutions_stage.load_config(curate_recipe(recipe, "solutions", solutions_section(recipe, "<model>", 1, None)))
-    return recipe
+        data["curate"] = pipeline.load_recipe(path)
+    return from_mapping(RunRecipe, data, "recipe")
 
 
 # --------------------------------------------------------------------------------------------------- CoScale
@@ -287,10 +350,9 @@ def curate_recipe(recipe: RunRecipe, stage: str, section: Mapping[str, Any]) -> 
     with ``stage``'s section replaced (CoScale's re-measuring and solutions steps, ``training.coscale``)."""
     from curate import config as curate_config
 
-    if recipe.curate_recipe:
-        base = curate_config.load_recipe(Path(recipe.curate_recipe))
-        configs = {**base.stage_configs, stage: dict(section)}
-        return dataclasses.replace(base, pool=recipe.pool, stages=(stage,), stage_configs=configs)
+    if recipe.curate is not None:
+        configs = {**recipe.curate.stage_configs, stage: dict(section)}
+        return dataclasses.replace(recipe.curate, pool=recipe.pool, stages=(stage,), stage_configs=configs)
     data = {"name": f"{recipe.name}-coscale", "pool": recipe.pool, "seed": recipe.seed, "stages": [stage],
             stage: dict(section)}  # fmt: skip
     return curate_config.recipe_from_mapping(data)
@@ -300,10 +362,8 @@ def measure_sections(recipe: RunRecipe, model: str, name: str | None = None) -> 
     """The curate sections of the ``measure`` step for ``model`` (the SFT model), in the order they run: rollout,
     score (that model as the evidence), select and curriculum (both named ``name``, default the recipe's
     ``curriculum``; the chain passes a name of the run's own, so concurrent runs never share them)."""
-    from curate import config as curate_config
-
-    assert recipe.measure is not None and recipe.curriculum and recipe.curate_recipe
-    base = curate_config.load_recipe(Path(recipe.curate_recipe))
+    assert recipe.measure is not None and recipe.curriculum and recipe.curate is not None
+    base = recipe.curate
     m = recipe.measure
     score = {**base.stage_config("score"), **m.score}
     score["evidence"] = {**dict(score.get("evidence") or {}), "model": model}
@@ -326,11 +386,7 @@ def rollout_section(recipe: RunRecipe, model: str) -> dict[str, Any]:
 def solutions_section(recipe: RunRecipe, model: str, iteration: int, selection: str | None) -> dict[str, Any]:
     """``curate solutions``' section of CoScale iteration ``iteration``: the curate recipe's, ``decide.solutions``
     over it, ``model`` as the student."""
-    base: dict[str, Any] = {}
-    if recipe.curate_recipe:
-        from curate import config as curate_config
-
-        base = curate_config.load_recipe(Path(recipe.curate_recipe)).stage_config("solutions")
+    base = recipe.curate.stage_config("solutions") if recipe.curate is not None else {}
     section = {**base, **(recipe.decide.solutions if recipe.decide else {})}
     if selection and not section.get("selection"):
         section["selection"] = selection

@@ -46,11 +46,12 @@ import polars as pl
 
 from curate import io
 from curate import schema as S
-from curate.config import apply_overrides, from_mapping, parse_overrides, read_yaml
+from curate.config import apply_overrides, from_mapping, parse_overrides, placement, read_yaml
 from curate.curriculum.sampler import POLICIES, SamplerConfig
 from curate.errors import ConfigError, InputError
 from curate.manifest import file_hash
 from training import run_folder
+from training.sft import trackers
 
 
 LOSS_TYPES = ("grpo", "dapo", "cispo")
@@ -60,6 +61,9 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 BACKEND = "trl"
 CONFIG, SUMMARY = "config.json", "summary.json"  # the run folder's identity and result files
 OPTIMIZER = "optimizer.pt"  # Adam's state after the last step (``carry_optimizer``)
+# RLConfig's settings that take one of a few values (checked when it is built).
+CHOICES = {"loss_type": LOSS_TYPES, "scale_rewards": SCALE_REWARDS, "short_batch": ("pad", "stop"),
+           "policy": POLICIES, "dtype": DTYPES, "vllm_mode": ("colocate", "server")}  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------- config
@@ -79,7 +83,8 @@ class RLConfig:
     short_batch: what a short curriculum batch does: ``pad`` (cycle its prompts) or ``stop`` (end the stage).
     ScaleRL switches: zero_variance_filter, batch_adv_norm, prompt_level_loss, fp32_lm_head (TRL
     cast_lm_head_to_fp32, trainer side), mask_truncated_completions. use_vllm / vllm_*: TRL passthrough (GPU).
-    ledger_model: model name of the ledger rows (None: the run folder's name). report_to: TRL passthrough.
+    ledger_model: model name of the ledger rows (None: the run folder's name). report_to: the trackers
+    (``training.sft.trackers``: none, all, or comma-separated tensorboard, trackio, wandb, mlflow; checked here).
     carry_optimizer: in a chain of stages, start this stage's Adam from the previous stage's moments (its
     ``optimizer.pt``) instead of a fresh Adam, keeping this stage's learning rate and schedule (``training run``
     passes the previous stage; a first stage starts fresh).
@@ -126,12 +131,10 @@ class RLConfig:
     vllm_max_model_length: int | None = None
     vllm_enable_sleep_mode: bool = False
     vllm_gpu_memory_utilization: float = 0.3
-    report_to: str = "none"
+    report_to: str = placement("none")
     ledger_model: str | None = None
 
     def __post_init__(self) -> None:
-        if self.loss_type not in LOSS_TYPES:
-            raise ConfigError(f"rl.loss_type {self.loss_type!r} is not one of {LOSS_TYPES}")
         if self.loss_type == "cispo":
             if self.epsilon_high is None:
                 object.__setattr__(self, "epsilon_high", CISPO_DEFAULT_CAP)
@@ -140,30 +143,13 @@ class RLConfig:
                     f"rl.epsilon_high={self.epsilon_high}: for cispo it is an absolute cap on the importance ratio "
                     "(ScaleRL uses 4-8); a cap <= 1 clamps every on-policy token"
                 )
-        if self.num_generations < 2:
-            raise ConfigError("rl.num_generations must be >= 2 (group advantages need two completions)")
-        for name in ("prompts_per_step", "num_iterations", "max_steps", "save_steps", "max_completion_length"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"rl.{name} must be >= 1")
-        if self.micro_batch_size is not None and self.micro_batch_size < 1:
-            raise ConfigError("rl.micro_batch_size must be >= 1 or null")
-        if self.save_steps % self.num_iterations:
-            raise ConfigError(
-                f"rl.save_steps ({self.save_steps}) must be a multiple of num_iterations ({self.num_iterations}): "
-                "checkpoints fall between generation batches"
-            )
-        if self.scale_rewards not in SCALE_REWARDS:
-            raise ConfigError(f"rl.scale_rewards must be one of {SCALE_REWARDS}")
-        if self.short_batch not in ("pad", "stop"):
-            raise ConfigError("rl.short_batch must be 'pad' or 'stop'")
-        if self.policy not in POLICIES:
-            raise ConfigError(f"rl.policy {self.policy!r} is not one of {POLICIES}")
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"rl.dtype must be one of {DTYPES}")
-        if self.vllm_mode not in ("colocate", "server"):
-            raise ConfigError("rl.vllm_mode must be 'colocate' or 'server'")
+        _check_counts(self)
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"rl.{name} {getattr(self, name)!r} is not one of {allowed}")
         if self.temperature <= 0:
             raise ConfigError("rl.temperature must be > 0")
+        trackers(self.report_to, "rl.report_to")
         if self.sampler.policy != self.policy or self.sampler.seed != self.seed:
             object.__setattr__(self, "sampler", dataclasses.replace(self.sampler, policy=self.policy, seed=self.seed))
 
@@ -174,6 +160,23 @@ class RLConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+
+
+def _check_counts(cfg: RLConfig) -> None:
+    """The batch and step counts of an RL stage: positive, two completions per group at least, checkpoints on
+    generation-batch boundaries."""
+    if cfg.num_generations < 2:
+        raise ConfigError("rl.num_generations must be >= 2 (group advantages need two completions)")
+    for name in ("prompts_per_step", "num_iterations", "max_steps", "save_steps", "max_completion_length"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"rl.{name} must be >= 1")
+    if cfg.micro_batch_size is not None and cfg.micro_batch_size < 1:
+        raise ConfigError("rl.micro_batch_size must be >= 1 or null")
+    if cfg.save_steps % cfg.num_iterations:
+        raise ConfigError(
+            f"rl.save_steps ({cfg.save_steps}) must be a multiple of rl.num_iterations ({cfg.num_iterations}): "
+            "checkpoints fall between generation batches"
+        )
 
 
 def load_rl_config(
@@ -379,7 +382,7 @@ def grpo_args(cfg: RLConfig, out_dir: Path, world_size: int) -> Any:
         vllm_max_model_length=cfg.vllm_max_model_length,
         vllm_enable_sleep_mode=cfg.vllm_enable_sleep_mode,
         vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-        report_to=[r.strip() for r in cfg.report_to.split(",")] if cfg.report_to != "none" else "none",
+        report_to=trackers(cfg.report_to, "rl.report_to"),
         logging_steps=1,
         save_strategy="steps",
         save_steps=cfg.save_steps,
@@ -489,13 +492,13 @@ def train_rl(
     ledger_model = cfg.ledger_model or out_dir.resolve().name
     identity = run_identity(cfg, model, train, pool, ledger_model if pool else None, optimizer_from)
     run_id = "rl-" + hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
-    if run_folder.claim(out_dir, CONFIG, identity, write=False):
+    if run_folder.bind(out_dir, CONFIG, identity, write=False):
         done = run_folder.finished(out_dir, SUMMARY)
         if done is not None:
             return {**done, "skipped": True}
     state.wait_for_everyone()
     if state.is_main_process:
-        run_folder.claim(out_dir, CONFIG, identity, extra={"run_id": run_id, "world_size": state.num_processes})
+        run_folder.bind(out_dir, CONFIG, identity, extra={"run_id": run_id, "world_size": state.num_processes})
 
     t0 = time.perf_counter()
     tokenizer = run_folder.load_tokenizer(str(model), padding_side="left", truncation_side="left")
@@ -507,13 +510,7 @@ def train_rl(
     at_end = run_folder.at_end(checkpoint)  # trained to the end before: the final model is that checkpoint's
     metrics_log = MetricsLog(out_dir / "metrics.parquet", resume_step) if state.is_main_process else None
 
-    ledger = None
-    if pool is not None and state.is_main_process:
-        ws = io.Workspace.resolve(home)
-        ledger = LedgerWriter(
-            ws, pool, ledger_model, run_id, cfg.temperature, cfg.top_p, cfg.max_completion_length, cfg.seed
-        )
-
+    ledger = _ledger_writer(cfg, home, pool, ledger_model, run_id) if state.is_main_process else None
     trainer = build_trainer(
         cfg,
         model=checkpoint if at_end else model,
@@ -584,6 +581,17 @@ def _train_and_save(trainer: Any, checkpoint: Path | None, at_end: bool, out_dir
     elif main and (checkpoint / OPTIMIZER).is_file():  # the checkpoint saved the same state_dict at the same step
         io.copy_file(checkpoint / OPTIMIZER, out_dir / OPTIMIZER)
     return train_loss
+
+
+def _ledger_writer(
+    cfg: RLConfig, home: str | Path | None, pool: str | None, model: str, run_id: str
+) -> LedgerWriter | None:
+    """The writer of the stage's rollouts into ``pool``'s ledger under ``model`` (none without a pool), with the
+    stage's sampling settings on every row."""
+    if pool is None:
+        return None
+    ws = io.Workspace.resolve(home)
+    return LedgerWriter(ws, pool, model, run_id, cfg.temperature, cfg.top_p, cfg.max_completion_length, cfg.seed)
 
 
 def _check_inputs(

@@ -38,10 +38,11 @@ FILES = "files.json"  # sizes and sha256 of a checkpoint's / final model's files
 WEIGHTS = ("*.safetensors", "*.bin", "config.json")  # what ``final/``'s record covers (the card may rewrite the rest)
 
 
-def claim(out_dir: Path, identity_file: str, identity: Mapping[str, Any], *, extra: Mapping[str, Any] | None = None,
+def bind(out_dir: Path, identity_file: str, identity: Mapping[str, Any], *, extra: Mapping[str, Any] | None = None,
           write: bool = True) -> bool:  # fmt: skip
-    """Make ``out_dir`` this run's folder: refuse a folder holding another run (``InputError`` naming ``--out``),
-    else write ``identity`` (plus ``extra``) when it is new. Returns whether the folder held this run already."""
+    """Bind ``out_dir`` to this run's identity: refuse a folder holding another run (``InputError`` naming
+    ``--out``), else write ``identity`` (plus ``extra``) when it is new. Returns whether the folder held this run
+    already. (Not a ledger claim: ``curate.rollout.ledger`` claims sample indices.)"""
     path = Path(out_dir) / identity_file
     if path.is_file():
         saved = json.loads(path.read_text())

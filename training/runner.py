@@ -92,7 +92,7 @@ from training.chain import (
 from training.coscale import coscale_measure, coscale_sft, coscale_solutions, coscale_stages
 from training.packaged import model_folder, packaged_name
 from training.plan import StagePlan, rl_step_name
-from training.recipe import RunRecipe, resolve_path
+from training.recipe import RunRecipe, resolve_path, stage_rl
 
 
 SUMMARY = "summary.json"
@@ -155,22 +155,22 @@ def gain_over_sft(run: Run) -> dict[str, Any] | None:
     from training.evaluate import groups, heldout_problems, paired_gain, paired_gain_by
 
     folder, sec = run.run_dir / EVALS, run.recipe.eval
-    rl = [r["step"] for r in run.chain().steps if "rl_steps" in r]
-    rl = [step for step in rl if (folder / eval_file(step)).is_file()]
-    if not rl or not (folder / "sft.parquet").is_file():
+    rl_steps = [r["step"] for r in run.chain().steps if "rl_steps" in r]
+    rl_steps = [step for step in rl_steps if (folder / eval_file(step)).is_file()]
+    if not rl_steps or not (folder / "sft.parquet").is_file():
         return None
     grouping = None
     if sec.by:
         grouping = groups(heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit), sec.by)
 
     def pair(temperature: float | None) -> dict[str, Any] | None:
-        after, before = folder / eval_file(rl[-1], temperature), folder / eval_file("sft", temperature)
+        after, before = folder / eval_file(rl_steps[-1], temperature), folder / eval_file("sft", temperature)
         if not (after.is_file() and before.is_file()):
             return None
         a, b = pl.read_parquet(after), pl.read_parquet(before)
         return {**paired_gain(a, b), **({"by": paired_gain_by(a, b, grouping)} if grouping is not None else {})}
 
-    out = {"after": rl[-1], "before": "sft", "temperature": sec.temperature, **pair(None)}
+    out = {"after": rl_steps[-1], "before": "sft", "temperature": sec.temperature, **pair(None)}
     others = {str(t): pair(t) for t in sec.temperatures}
     if any(others.values()):
         out["at_temperature"] = {t: g for t, g in others.items() if g}
@@ -228,16 +228,15 @@ def curation_pinned(run: Run) -> bool:
 def curation(run: Run) -> list[dict[str, Any]]:
     """The curate recipe's stages (``curate.pipeline.run_recipe``), each skipped when its manifest is up to date;
     nothing once the run's curation is pinned (``curation_pinned``)."""
-    from curate import config as curate_config
     from curate import pipeline
 
-    if not run.recipe.curate_recipe:
+    if run.recipe.curate is None:
         return []
     if curation_pinned(run):
         run.echo("[chain] curation: pinned (this run has started training; a run with a new name re-curates)")
         return []
     t0 = time.perf_counter()
-    results = pipeline.run_recipe(curate_config.load_recipe(Path(run.recipe.curate_recipe)), run.ws)
+    results = pipeline.run_recipe(run.recipe.curate, run.ws)
     ran = [r.stage for r in results if not r.skipped]
     run.echo(f"[chain] curation: {len(results)} stage(s), ran {ran or 'none (up to date)'} "
              f"[{time.perf_counter() - t0:.0f} s]")  # fmt: skip
@@ -333,14 +332,12 @@ def rl_stage(run: Run, state: ChainState, stage: StagePlan) -> ChainState:
     t0 = time.perf_counter()
     lineage = chain_lineage(run, state.iteration)
     if run_folder.finished(folder, rl.SUMMARY) is None:
-        cfg = dict(stage.rl)
-        cfg["ledger_model"] = cfg.get("ledger_model") or run.ledger_model(folder)  # unique per run
-        if recipe.eval.every:
-            cfg.update(save_steps=recipe.eval.every, save_total_limit=None)
+        ledger = {"ledger_model": stage.rl.ledger_model or run.ledger_model(folder)}  # unique per run
+        cfg = stage_rl(stage.rl, ledger, where=f"stages.{stage.name}")
         follows_rl = state.last_stage is not None and state.model == str(Path(state.last_stage) / "final")
-        carried = Path(state.last_stage) / rl.OPTIMIZER if cfg.get("carry_optimizer") and follows_rl else None
+        carried = Path(state.last_stage) / rl.OPTIMIZER if cfg.carry_optimizer and follows_rl else None
         run_step({
-            "kind": "rl", "out": str(folder), "model": state.model, "train": str(stage.shard), "config": cfg,
+            "kind": "rl", "out": str(folder), "model": state.model, "train": str(stage.shard), "config": cfg.to_dict(),
             "home": str(run.ws.root), "pool": recipe.pool, "lineage": lineage,
             "optimizer_from": str(carried) if carried else None,
         }, recipe.launch)  # fmt: skip
@@ -398,8 +395,8 @@ def evaluate_model(run: Run, state: ChainState) -> ChainState:
     if chain.get(p["step"]) is not None:
         return state
     t0 = time.perf_counter()
-    rl = p.get("kind") == "rl"
-    if rl and run.recipe.eval.every:
+    is_rl = p.get("kind") == "rl"
+    if is_rl and run.recipe.eval.every:
         folder = Path(p["stage_dir"])
         compute = run_folder.stage_compute(folder)
         every_limit = run.recipe.eval.every_limit if run.recipe.eval.every_limit is not None else run.recipe.eval.limit
@@ -419,7 +416,7 @@ def evaluate_model(run: Run, state: ChainState) -> ChainState:
            **ev, **extra}  # fmt: skip
     chain.put(rec)
     _card_evaluation(run, p, ev)
-    if rl:
+    if is_rl:
         append_eval(run.run_dir, p["offset_step"] + p["rl_steps"], p["eval_compute"], rec)
     run.echo(f"[chain] {p['step']:<24} held-out pass@1 = {ev['pass_at_1']:.3f} ± {ev['stderr']:.3f} "
              f"(n={ev['n_problems']}, k={ev['k']})  [{rec['wall_s']:.0f} s]")  # fmt: skip
@@ -591,6 +588,14 @@ def run_chain(
     run = open_run(recipe, home, out, echo)
     if lock_timeout is not None:  # curation and ``measure`` take the workspace's locks with it too
         run = dataclasses.replace(run, ws=dataclasses.replace(run.ws, lock_timeout=lock_timeout))
+    return run_opened(run, call=call, curate=curate, lock_timeout=lock_timeout)
+
+
+def run_opened(
+    run: Run, *, call: Call = direct, curate: bool = True, lock_timeout: float | None = None
+) -> dict[str, Any]:
+    """``run_chain`` in a run folder already opened (``training.chain.open_run``, after ``check_launch``): the
+    Prefect flow opens it once for its curation and training parts. Holds the run folder's lock throughout."""
     with run_lock(run, lock_timeout):
         return _run_steps(run, call, curate)
 
@@ -625,7 +630,7 @@ def _rl_passes(run: Run, step: Call, state: ChainState) -> ChainState:
 
 
 def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
-    """The order of the steps (``run_chain`` holds the run folder's lock around it)."""
+    """The order of the steps (``run_opened`` holds the run folder's lock around it)."""
     recipe = run.recipe
     t_run = time.perf_counter()
     timings: list[dict[str, Any]] = []
@@ -652,7 +657,7 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
     # 1. curation (a damaged starting model fails first)
     if recipe.model != "tiny":
         start_model(run)
-    if curate and recipe.curate_recipe:
+    if curate and recipe.curate is not None:
         step("curation", curation, run)
     from training.evaluate import heldout_problems
 

@@ -116,7 +116,7 @@ class CurriculumRepeatSampler(Sampler[int]):
                 raise RuntimeError(f"generation batch is not in groups of {g} (rows {start}..): {list(group)}")
             values = [float(r) for r in rewards[start : start + g] if not math.isnan(float(r))]
             if values:
-                self.curriculum.update(group[0], values, step, record=False)  # the trainer writes the ledger
+                self.curriculum.update(group[0], values, step)
                 fed += 1
         return fed
 

@@ -50,6 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from curate.errors import InputError
+
 
 COMPUTE = "compute"
 PASS_AT_1 = "pass_at_1"
@@ -228,100 +230,20 @@ def _solve_b(
 
 def fit_sigmoid(compute: Any, pass_at_1: Any, cfg: FitConfig = FitConfig()) -> Fit:
     """Fit R(C) to measured (compute, pass rate) points as ScaleRL does (grid over A and C_mid, least-squares B)."""
-    from scipy import stats
-    from scipy.optimize import curve_fit
-
     t0 = time.perf_counter()
-    c = np.asarray(compute, dtype=float)
-    y = np.asarray(pass_at_1, dtype=float)
-    ok = np.isfinite(c) & np.isfinite(y) & (c >= 0)
-    c, y = c[ok], y[ok]
-    order = np.argsort(c, kind="stable")
-    c, y = c[order], y[order]
-    notes: list[str] = []
-    if len(c) < 2:
-        raise ValueError(f"need at least 2 (compute, pass rate) points to fit a curve, got {len(c)}")
-    r0 = float(cfg.r0) if cfg.r0 is not None else float(y[0])
-    cmax = float(c.max())
-    threshold = cfg.min_compute if cfg.min_compute is not None else cfg.skip_frac * cmax
-    keep = (c >= threshold) & (c > 0)
-    if keep.sum() < cfg.min_points:
-        positive = np.flatnonzero(c > 0)
-        keep = np.zeros_like(keep)
-        keep[positive[-cfg.min_points :]] = True
-        threshold = float(c[keep].min()) if keep.any() else threshold
-        notes.append(
-            f"skipping points below {cfg.skip_frac:g} of the largest compute left fewer than {cfg.min_points}; "
-            f"fitted the last {int(keep.sum())} points with compute > 0 instead"
-        )
+    c, y, r0, keep, threshold, notes = _fit_points(compute, pass_at_1, cfg)
     cf, yf = c[keep], y[keep]
-    if len(cf) < 3:
-        raise ValueError(f"need at least 3 points with compute > 0 to fit A, B and C_mid, got {len(cf)}")
-    if len(cf) <= 3:
-        notes.append(f"only {len(cf)} points fitted for 3 parameters: the curve goes through them, no error band")
-    if yf.max() <= r0:
-        notes.append(f"no fitted point is above R0={r0:.4f}: the run has not improved, the fit is meaningless")
-
-    if cfg.a_min is not None:
-        a_lo = cfg.a_min
-    else:  # the first multiple of a_step above max(R0, best point - slack), as the paper's 0.450, 0.455, ...
-        a_lo = (math.floor(max(r0, float(yf.max()) - cfg.a_slack) / cfg.a_step + 1e-9) + 1) * cfg.a_step
-    n_a = math.floor((cfg.a_max - a_lo) / cfg.a_step + 1e-9) + 1
-    a_grid = np.round(a_lo + cfg.a_step * np.arange(max(n_a, 0)), 10)
-    a_grid = a_grid[a_grid > r0]
-    if not len(a_grid):
-        raise ValueError(f"empty A grid: R0={r0} is not below a_max={cfg.a_max}")
-    c_pos = float(c[c > 0].min())
-    m_grid = np.geomspace(c_pos / cfg.c_mid_below, cmax * cfg.c_mid_above, cfg.c_mid_points)
+    a_grid = _a_grid(r0, yf, cfg)
+    cmax = float(c.max())
+    m_grid = np.geomspace(float(c[c > 0].min()) / cfg.c_mid_below, cmax * cfg.c_mid_above, cfg.c_mid_points)
 
     logc = np.log(cf)
     dlog = (np.log(m_grid)[:, None] - logc[None, :])[None, :, :]
     b_grid, sse = _solve_b(a_grid[:, None, None], dlog, yf[None, None, :], r0, cfg.b_min, cfg.b_max)
     ia, im = np.unravel_index(int(np.argmin(sse)), sse.shape)
     A, C_mid, B, best = float(a_grid[ia]), float(m_grid[im]), float(b_grid[ia, im]), float(sse[ia, im])
-
-    # curve_fit polishes B at the winning grid point (and gives its standard error), as the paper fits B there.
-    b_se = None
-    lm = math.log(C_mid) - logc
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            popt, pcov = curve_fit(
-                lambda _c, b: r0 + (A - r0) / (1.0 + np.exp(np.clip(b * lm, -700, 700))), cf, yf, p0=[B]
-            )
-            b_cf = float(popt[0])
-            sse_cf = float(np.sum((sigmoid(cf, A, b_cf, C_mid, r0) - yf) ** 2))
-            if cfg.b_min <= b_cf <= cfg.b_max and sse_cf <= best:
-                B, best = b_cf, sse_cf
-            if np.isfinite(pcov[0, 0]) and len(cf) > 3:
-                b_se = float(math.sqrt(pcov[0, 0]))
-        except (RuntimeError, ValueError):
-            pass
-
-    band, at_edge, band_params = None, [], None
-    dof = len(cf) - 3
-    if dof > 0:
-        ins = sse <= float(sse[ia, im]) * (1.0 + stats.f.ppf(cfg.band_level, 1, dof) / dof)
-        ai, mi = np.nonzero(ins)
-        band_params = np.column_stack([a_grid[ai], b_grid[ai, mi], m_grid[mi]])
-        band = {
-            "A": [float(a_grid[ai].min()), float(a_grid[ai].max())],
-            "B": [float(b_grid[ins].min()), float(b_grid[ins].max())],
-            "C_mid": [float(m_grid[mi].min()), float(m_grid[mi].max())],
-        }
-        if ai.max() == len(a_grid) - 1:
-            at_edge.append("A")
-        if mi.max() == len(m_grid) - 1 or mi.min() == 0:
-            at_edge.append("C_mid")
-        if np.any(b_grid[ins] >= cfg.b_max * 0.999) or np.any(b_grid[ins] <= cfg.b_min * 1.001):
-            at_edge.append("B")
-        if "A" in at_edge:
-            notes.append(
-                f"the band of A reaches the grid edge ({cfg.a_max:g}): the curve has not bent yet, the asymptote is "
-                "not pinned down; train further before trusting A"
-            )
-    if ia == len(a_grid) - 1 and "A" not in at_edge:
-        at_edge.append("A")
+    B, best, b_se = _polish_b(cf, yf, A, B, C_mid, r0, best, cfg)
+    band, at_edge, band_params = _band(sse, ia, a_grid, b_grid, m_grid, len(cf), cfg, notes)
     return Fit(
         A=A,
         B=B,
@@ -347,6 +269,126 @@ def fit_sigmoid(compute: Any, pass_at_1: Any, cfg: FitConfig = FitConfig()) -> F
         pass_at_1=y.tolist(),
         band_params=band_params,
     )
+
+
+def _fit_points(
+    compute: Any, pass_at_1: Any, cfg: FitConfig
+) -> tuple[np.ndarray, np.ndarray, float, np.ndarray, float, list[str]]:
+    """The points ``fit_sigmoid`` fits: finite ones sorted by compute (c, y), R0, the mask of those fitted (compute
+    above ``skip_frac`` of the largest, else the last ``min_points`` with compute > 0), its threshold and the
+    warnings so far. Raises ``InputError`` for fewer than 2 points, or fewer than 3 to fit."""
+    c = np.asarray(compute, dtype=float)
+    y = np.asarray(pass_at_1, dtype=float)
+    ok = np.isfinite(c) & np.isfinite(y) & (c >= 0)
+    c, y = c[ok], y[ok]
+    order = np.argsort(c, kind="stable")
+    c, y = c[order], y[order]
+    notes: list[str] = []
+    if len(c) < 2:
+        raise InputError(f"need at least 2 (compute, pass rate) points to fit a curve, got {len(c)}")
+    r0 = float(cfg.r0) if cfg.r0 is not None else float(y[0])
+    threshold = cfg.min_compute if cfg.min_compute is not None else cfg.skip_frac * float(c.max())
+    keep = (c >= threshold) & (c > 0)
+    if keep.sum() < cfg.min_points:
+        positive = np.flatnonzero(c > 0)
+        keep = np.zeros_like(keep)
+        keep[positive[-cfg.min_points :]] = True
+        threshold = float(c[keep].min()) if keep.any() else threshold
+        notes.append(
+            f"skipping points below {cfg.skip_frac:g} of the largest compute left fewer than {cfg.min_points}; "
+            f"fitted the last {int(keep.sum())} points with compute > 0 instead"
+        )
+    n_fit = int(keep.sum())
+    if n_fit < 3:
+        raise InputError(f"need at least 3 points with compute > 0 to fit A, B and C_mid, got {n_fit}")
+    if n_fit <= 3:
+        notes.append(f"only {n_fit} points fitted for 3 parameters: the curve goes through them, no error band")
+    if y[keep].max() <= r0:
+        notes.append(f"no fitted point is above R0={r0:.4f}: the run has not improved, the fit is meaningless")
+    return c, y, r0, keep, threshold, notes
+
+
+def _a_grid(r0: float, yf: np.ndarray, cfg: FitConfig) -> np.ndarray:
+    """The grid of A: multiples of ``a_step`` from just above max(R0, best point - slack) (the paper's 0.450,
+    0.455, ...) or ``a_min``, to ``a_max``, above R0."""
+    if cfg.a_min is not None:
+        a_lo = cfg.a_min
+    else:
+        a_lo = (math.floor(max(r0, float(yf.max()) - cfg.a_slack) / cfg.a_step + 1e-9) + 1) * cfg.a_step
+    n_a = math.floor((cfg.a_max - a_lo) / cfg.a_step + 1e-9) + 1
+    a_grid = np.round(a_lo + cfg.a_step * np.arange(max(n_a, 0)), 10)
+    a_grid = a_grid[a_grid > r0]
+    if not len(a_grid):
+        raise InputError(f"empty A grid: R0={r0} is not below a_max={cfg.a_max}")
+    return a_grid
+
+
+def _polish_b(
+    cf: np.ndarray, yf: np.ndarray, A: float, B: float, C_mid: float, r0: float, best: float, cfg: FitConfig
+) -> tuple[float, float, float | None]:
+    """curve_fit polishes B at the winning grid point (and gives its standard error), as the paper fits B there:
+    (B, its SSE, its standard error or None)."""
+    from scipy.optimize import curve_fit
+
+    b_se = None
+    lm = math.log(C_mid) - np.log(cf)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            popt, pcov = curve_fit(
+                lambda _c, b: r0 + (A - r0) / (1.0 + np.exp(np.clip(b * lm, -700, 700))), cf, yf, p0=[B]
+            )
+            b_cf = float(popt[0])
+            sse_cf = float(np.sum((sigmoid(cf, A, b_cf, C_mid, r0) - yf) ** 2))
+            if cfg.b_min <= b_cf <= cfg.b_max and sse_cf <= best:
+                B, best = b_cf, sse_cf
+            if np.isfinite(pcov[0, 0]) and len(cf) > 3:
+                b_se = float(math.sqrt(pcov[0, 0]))
+        except (RuntimeError, ValueError):
+            pass
+    return B, best, b_se
+
+
+def _band(
+    sse: np.ndarray,
+    ia: int,
+    a_grid: np.ndarray,
+    b_grid: np.ndarray,
+    m_grid: np.ndarray,
+    n_fit: int,
+    cfg: FitConfig,
+    notes: list[str],
+) -> tuple[dict[str, list[float]] | None, list[str], np.ndarray | None]:
+    """The joint error band (an F-test on the SSE over the grid, at ``band_level``): (ranges of A, B and C_mid,
+    the parameters that reach a grid edge or bound, the band's parameter triples); a warning in ``notes`` when A's
+    band reaches the grid edge. No band without a degree of freedom (3 points)."""
+    from scipy import stats
+
+    band, at_edge, band_params = None, [], None
+    dof = n_fit - 3
+    if dof > 0:
+        ins = sse <= float(sse.min()) * (1.0 + stats.f.ppf(cfg.band_level, 1, dof) / dof)
+        ai, mi = np.nonzero(ins)
+        band_params = np.column_stack([a_grid[ai], b_grid[ai, mi], m_grid[mi]])
+        band = {
+            "A": [float(a_grid[ai].min()), float(a_grid[ai].max())],
+            "B": [float(b_grid[ins].min()), float(b_grid[ins].max())],
+            "C_mid": [float(m_grid[mi].min()), float(m_grid[mi].max())],
+        }
+        if ai.max() == len(a_grid) - 1:
+            at_edge.append("A")
+        if mi.max() == len(m_grid) - 1 or mi.min() == 0:
+            at_edge.append("C_mid")
+        if np.any(b_grid[ins] >= cfg.b_max * 0.999) or np.any(b_grid[ins] <= cfg.b_min * 1.001):
+            at_edge.append("B")
+        if "A" in at_edge:
+            notes.append(
+                f"the band of A reaches the grid edge ({cfg.a_max:g}): the curve has not bent yet, the asymptote is "
+                "not pinned down; train further before trusting A"
+            )
+    if ia == len(a_grid) - 1 and "A" not in at_edge:
+        at_edge.append("A")
+    return band, at_edge, band_params
 
 
 # --------------------------------------------------------------------------------------------------- advice

@@ -37,7 +37,7 @@ import polars as pl
 
 from curate import io
 from curate import schema as S
-from curate.config import from_mapping
+from curate.config import from_mapping, placement
 from curate.errors import ConfigError, InputError
 from curate.manifest import file_hash, fingerprint, read_manifest
 from training import run_folder
@@ -62,8 +62,9 @@ class SFTRunConfig:
     checkpoints (resume points). packing: needs flash-attention (refused otherwise). dtype: weights when loading
     (``float32`` trains in mixed precision with ``bf16``). bf16 / gradient_checkpointing: None means on when CUDA is
     available (TRL turns both on even on CPU, where they only slow a small model down). torch_threads: CPU threads
-    (None: torch's default; 1 is often faster for tiny models on a busy machine). report_to: ``none``, ``wandb``,
-    ``tensorboard``, ... logging_steps: train-loss logging interval (the first step is always logged).
+    (None: torch's default; 1 is often faster for tiny models on a busy machine). report_to: the trackers the
+    trainer logs to (``trackers``: none, all, or comma-separated names). logging_steps: train-loss logging
+    interval (the first step is always logged).
     """
 
     model: str = ""
@@ -83,9 +84,9 @@ class SFTRunConfig:
     dtype: str = "float32"
     bf16: bool | None = None
     gradient_checkpointing: bool | None = None
-    torch_threads: int | None = None
+    torch_threads: int | None = placement(None)
     logging_steps: int = 10
-    report_to: str = "none"
+    report_to: str = placement("none")
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0 or self.epochs <= 0 or (self.max_steps is not None and self.max_steps < 1):
@@ -98,6 +99,37 @@ class SFTRunConfig:
             raise ConfigError(f"sft.dtype must be float32, bfloat16, float16 or auto, got {self.dtype!r}")
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError("sft.warmup_ratio must be in [0, 1)")
+        trackers(self.report_to, "sft.report_to")
+
+
+# Trackers a trainer can log to (transformers' ``report_to``) and the modules that must be importable for each:
+# ``pip install -e '.[trackers]'`` installs the two this project offers (tensorboard, trackio).
+TRACKERS = {"tensorboard": ("tensorboard", "tensorboardX"), "trackio": ("trackio",), "wandb": ("wandb",),
+            "mlflow": ("mlflow",)}  # fmt: skip
+
+
+def trackers(value: str, where: str = "report_to") -> str | list[str]:
+    """``report_to`` as transformers takes it: ``none``, ``all`` (every tracker installed), or a list of the
+    comma-separated trackers in ``value``, each checked when a config is built: an unknown or uninstalled tracker is
+    a ``ConfigError`` naming ``where`` (before any model loads, not when the trainer starts, minutes in). SFT and RL
+    stages both pass their setting through here."""
+    import difflib
+    import importlib.util
+
+    if value in ("none", "all"):
+        return value
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    for name in names:
+        if name not in TRACKERS:
+            close = difflib.get_close_matches(name, TRACKERS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{where}: unknown tracker {name!r}{hint}; known: none, all, {', '.join(TRACKERS)}")
+        if not any(importlib.util.find_spec(module) for module in TRACKERS[name]):
+            raise ConfigError(
+                f"{where}: {name} is not installed: pip install -e '.[trackers]' (tensorboard, trackio), "
+                f"or report_to: none"
+            )
+    return names or "none"
 
 
 def lr_schedule(name: str, warmup: float) -> str:
@@ -226,7 +258,7 @@ def build_trainer(cfg: SFTRunConfig, tokenizer: Any, rows: pl.DataFrame, output_
         save_total_limit=cfg.save_total_limit,
         logging_steps=cfg.logging_steps,
         logging_first_step=True,
-        report_to=cfg.report_to,
+        report_to=trackers(cfg.report_to, "sft.report_to"),
         model_init_kwargs=model_init_kwargs,
         dataloader_num_workers=0,
         dataloader_pin_memory=cuda,
@@ -278,6 +310,23 @@ def progress_callback() -> Any:
     return Progress()
 
 
+def _check_inputs(cfg: SFTRunConfig, model: str | Path | None, data: Path) -> SFTRunConfig:
+    """``cfg`` with its model (``model``, else ``cfg.model``) checked as a model folder or hub name, after the data
+    and packing are checked: each missing or impossible input is one ``InputError`` / ``ConfigError`` line."""
+    model_name = str(model if model is not None else cfg.model)
+    if not model_name:
+        raise ConfigError("sft: no model given (set `model` in the config or pass --model)")
+    model_name = run_folder.check_model(model_name)
+    if not data.exists():
+        raise InputError(f"SFT data {data} not found")
+    if cfg.packing and not flash_attention_available():
+        raise ConfigError(
+            "sft.packing needs flash-attention on CUDA: TRL packs padding-free, and with sdpa attention packed rows "
+            "attend to each other without any warning. Install flash-attn or set packing: false."
+        )
+    return dataclasses.replace(cfg, model=model_name)
+
+
 def train_sft(
     cfg: SFTRunConfig,
     *,
@@ -297,23 +346,12 @@ def train_sft(
     from accelerate import PartialState
 
     started = time.perf_counter()
-    model_name = str(model if model is not None else cfg.model)
-    if not model_name:
-        raise ConfigError("sft: no model given (set `model` in the config or pass --model)")
-    model_name = run_folder.check_model(model_name)
-    cfg = dataclasses.replace(cfg, model=model_name)
-    data, out_dir = Path(data), Path(out_dir)
-    if not data.exists():
-        raise InputError(f"SFT data {data} not found")
-    if cfg.packing and not flash_attention_available():
-        raise ConfigError(
-            "sft.packing needs flash-attention on CUDA: TRL packs padding-free, and with sdpa attention packed rows "
-            "attend to each other without any warning. Install flash-attn or set packing: false."
-        )
+    cfg, data, out_dir = _check_inputs(cfg, model, Path(data)), Path(data), Path(out_dir)
+    model_name = cfg.model
 
     identity = {"fingerprint": _fingerprint(cfg, data)}
     final, ckpt_dir = out_dir / run_folder.FINAL, out_dir / run_folder.CHECKPOINTS
-    if run_folder.claim(out_dir, RUN, identity, write=False):
+    if run_folder.bind(out_dir, RUN, identity, write=False):
         done = run_folder.finished(out_dir, METRICS)
         if done is not None:
             return {**done, "skipped": True}
@@ -329,7 +367,7 @@ def train_sft(
     if kept.height == 0:
         raise InputError(f"all {df.height} SFT rows were dropped (see {out_dir / QUARANTINE})")
     if main:
-        run_folder.claim(out_dir, RUN, identity, extra={"config": dataclasses.asdict(cfg), "data": str(data)})
+        run_folder.bind(out_dir, RUN, identity, extra={"config": dataclasses.asdict(cfg), "data": str(data)})
 
     threads = torch.get_num_threads()
     if cfg.torch_threads:

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from curate.errors import ConfigError
+
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -89,9 +91,9 @@ class TinyConfig:
 
     def __post_init__(self) -> None:
         if self.size not in SIZES:
-            raise ValueError(f"unknown tiny model size {self.size!r}; choose from {sorted(SIZES)}")
+            raise ConfigError(f"tiny.size: unknown tiny model size {self.size!r}; choose from {sorted(SIZES)}")
         if self.vocab_size < 300:
-            raise ValueError("vocab_size must be >= 300 (256 byte symbols + specials + a few merges)")
+            raise ConfigError("tiny.vocab_size must be >= 300 (256 byte symbols + specials + a few merges)")
 
 
 def tokenizer_corpus(n: int, instruction: str) -> list[str]:

@@ -1,5 +1,5 @@
 """`curate rollout`, `curate stats` and `curate import-generations`: thin wrappers over ``curate.rollout``,
-``curate.stats`` and ``curate.imports``.
+``curate.rollout.stats`` and ``curate.rollout.imports``.
 
 curate rollout --pool demo --backend hf --model ./tiny --n 8 --limit 100 --max-tokens 512
 curate rollout --pool big --backend vllm --model Qwen/Qwen2.5-Math-1.5B --n 8 --tp 1 --dp-size 8 --dp-rank 3

@@ -79,9 +79,10 @@ def score(
         predictor=predictor,
         use_embeddings=embeddings,
         embed=_embed_settings(embed, encoder),
+        seed=seed,
     )
     ws = workspace(home, lock_timeout)
-    result = score_mod.score_pool(ws, pool, cfg, seed=seed, force=force, progress=not as_json)
+    result = score_mod.score_pool(ws, pool, cfg, force=force, progress=not as_json)
     emit(result.to_dict(), as_json, _render)
 
 
@@ -143,9 +144,10 @@ def select(
         drop_zero_variance=not keep_zero_variance,
         plots=plots,
         embed=_embed_settings(embed, encoder),
+        seed=seed,
     )
     result = select_mod.select_pool(
-        workspace(home, lock_timeout), pool, cfg, name=name or pool, seed=seed, force=force, progress=not as_json
+        workspace(home, lock_timeout), pool, cfg, name=name or pool, force=force, progress=not as_json
     )
     emit(result.to_dict(), as_json, _render)
 

@@ -1,5 +1,6 @@
 r"""Pure rules of the curricula, shared by the offline plans (``curate.curriculum``), the online sampler
-(``curate.sampler``) and the replay simulator (``curate.simulate``). Numpy and polars only; no I/O.
+(``curate.curriculum.sampler``) and the replay simulator (``curate.curriculum.simulate``). Numpy and polars only;
+no I/O.
 
 Where each rule comes from (METHODS.md):
 
@@ -8,8 +9,8 @@ Where each rule comes from (METHODS.md):
 - CoScale-RL (§2): ``effective_rollouts`` N̂(p) = N·(1 − p^N − (1−p)^N) (the paper's, via [MOON-zh]);
   ``assign_pool`` thresholds 5% / 70% (the paper's); ``rollouts_for_signal``, ``group_by_difficulty`` bins
   [0.05, 0.25, 0.5, 0.7] and ``RolloutLadder`` N ∈ {8, ..., 64}, patience 20, η/N constant (RECONSTRUCTED, §2.7).
-- ScalingRL (§1.2): ``temperature_schedule``, ``mix_schedule``, ``des_scores`` (through ``curate.des``, the
-  score stage's builders, with its time weight w_t = ``curate.des.time_weight``), ``select_by_des``. The paper's
+- ScalingRL (§1.2): ``temperature_schedule``, ``mix_schedule``, ``des_scores`` (through ``curate.score.des``, the
+  score stage's builders, with its time weight w_t = ``curate.score.des.time_weight``), ``select_by_des``. The paper's
   formulas are unknown; all of these are the RECONSTRUCTED defaults of §1.2.
 - ScaleRL (§4.3): ``zero_variance_mask`` (drop all-equal groups) and ``PassRateTracker.retired``
   (no-positive-resampling, pass rate ≥ 0.9, the paper's rule; "latest" vs "cumulative" history is our choice).
@@ -17,7 +18,6 @@ Where each rule comes from (METHODS.md):
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections.abc import Sequence
@@ -222,21 +222,21 @@ def mix_schedule(t: float, total: float, floor: float = 0.2) -> float:
 def des_scores(
     pass_rate: np.ndarray, cot_length: np.ndarray, zero_variance: np.ndarray, t: float, horizon: float, cfg: DesConfig
 ) -> np.ndarray:
-    """ScalingRL's DES_t per prompt through the shared builders of ``curate.des`` (the same formulas ``curate score``
-    writes at t = 0; RECONSTRUCTED, METHODS §1.2), from the current pass rate p (d = 1 − p, r̄ = p), the CoT length
-    and the zero-variance flag (R = 0). Unknown CoT lengths (NaN) take the mean; if none is known, λ_c is 0 and
-    the other two weights are renormalized. Pool statistics are taken over the arrays given.
+    """ScalingRL's DES_t per prompt through the shared builders of ``curate.score.des`` (the same formulas
+    ``curate score`` writes at t = 0; RECONSTRUCTED, METHODS §1.2), from the current pass rate p (d = 1 − p, r̄ = p),
+    the CoT length and the zero-variance flag (R = 0). Unknown CoT lengths (NaN) take the mean; if none is known,
+    λ_c is 0 and the other weights are renormalized (``des.without_input``). Pool statistics are taken over the
+    arrays given.
     """
-    from curate.score.des import des_exprs, pool_stats
+    from curate.score.des import des_exprs, pool_stats, without_input
 
     p = np.clip(np.asarray(pass_rate, dtype=float), 0.0, 1.0)
     ell = np.asarray(cot_length, dtype=float)
     known = ~np.isnan(ell)
-    phi = tuple(cfg.phi)
     if known.any():
         ell = np.where(known, ell, ell[known].mean())
     else:
-        ell, phi = np.zeros_like(p), (phi[0], -math.inf, phi[2])
+        ell, cfg = np.zeros_like(p), without_input(cfg, S.COT_LENGTH)
     frame = pl.DataFrame(
         {S.DIFFICULTY_SCORE: 1.0 - p, S.COT_LENGTH: ell, S.REWARD_EMA: p, S.ZERO_VARIANCE: zero_variance},
         schema={
@@ -246,7 +246,7 @@ def des_scores(
             S.ZERO_VARIANCE: pl.Boolean,
         },
     )
-    exprs = des_exprs(dataclasses.replace(cfg, phi=phi), t, horizon, pool_stats(frame, cfg.quantile), None)
+    exprs = des_exprs(cfg, t, horizon, pool_stats(frame, cfg.quantile), None)
     return frame.select(exprs[-1])[S.DES].to_numpy()
 
 

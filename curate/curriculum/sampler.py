@@ -1,11 +1,11 @@
 r"""The online curriculum: a sampler a trainer drives step by step (its pure rules live in
-``curate.curriculum_rules`` and are re-exported here under METHODS §6's names).
+``curate.curriculum.rules``).
 
 Pipeline position: after ``curate curriculum`` wrote a plan (or straight on a selection). A trainer asks
 ``next_batch(k)`` for prompt ids, generates a group of rollouts per prompt, and reports the group's rewards with
 ``update(problem_id, rewards, step)``. ``state_dict()`` is plain JSON (RNG state included), so a resumed run
-continues the same curriculum; ``flush_ledger`` writes what the sampler saw back to the rollout ledger, so evidence
-gathered during training is not lost. Pure Python + numpy: no torch, no TRL.
+continues the same curriculum. The trainer writes every rollout to the ledger itself, with its completion
+(``training.rl.LedgerWriter``). Pure Python + numpy: no torch, no TRL.
 
 Policies (``SamplerConfig.policy``), each with the same optional filters:
 
@@ -47,20 +47,13 @@ from curate import schema as S
 from curate.config import ConfigError
 from curate.curriculum.rules import (
     PassRateTracker,
-    RolloutLadder,
     assign_pool,
     des_scores,
-    effective_rollouts,
-    efficiency,
-    group_by_difficulty,
     mix_schedule,
-    optimal_eta_over_n,
-    rollouts_for_signal,
     select_by_des,
     temperature_schedule,
     zero_variance_mask,
 )
-from curate.rollout import ledger
 from curate.score.des import DesConfig
 
 
@@ -79,7 +72,7 @@ class SamplerConfig:
     prompts with pass rate ≥ npr_threshold by ``npr_rule`` (``latest`` | ``cumulative``) from the next epoch on.
     band_weights: CoScale pool -> sampling weight (missing pools weigh 1; bounds band_lo/band_hi).
     size/epochs/t0/gamma/t_floor/tau/explore_floor: ScalingRL K_t, T_ramp, T0, γ, temperature floor, τ and ρ floor;
-    des: the DES constants (``curate.des.DesConfig``, shared with ``curate score``). All RECONSTRUCTED defaults.
+    des: the DES constants (``curate.score.des.DesConfig``, shared with ``curate score``). All RECONSTRUCTED defaults.
     """
 
     policy: str = "uniform"
@@ -171,7 +164,6 @@ class CurriculumSampler:
             "wasted_rollouts": 0,
             "backoff_skips": 0,
         }
-        self.pending: list[list[Any]] = []  # [problem_id, step, rewards] not yet written to the ledger
 
     @classmethod
     def from_frame(cls, df: pl.DataFrame, cfg: SamplerConfig | None = None) -> CurriculumSampler:
@@ -216,9 +208,9 @@ class CurriculumSampler:
         self.counts["served"] += len(batch)
         return batch
 
-    def update(self, problem_id: str, rewards: Sequence[float], step: int, *, record: bool = True) -> None:
-        """Report one prompt's group of rewards at training ``step``. ``record``: keep the group for
-        ``flush_ledger`` (False where the trainer writes its own ledger rows, with the completions)."""
+    def update(self, problem_id: str, rewards: Sequence[float], step: int) -> None:
+        """Report one prompt's group of rewards at training ``step`` (the trainer writes the ledger rows itself, with
+        the completions: ``training.rl.LedgerWriter``)."""
         if problem_id not in self._pos:
             raise KeyError(f"unknown problem_id {problem_id!r}")
         rewards = [float(r) for r in rewards]
@@ -233,8 +225,6 @@ class CurriculumSampler:
             self.backoff[problem_id] = [run, min(self.cfg.backoff_max, self.cfg.backoff_base * 2 ** (run - 1))]
         else:
             self.backoff.pop(problem_id, None)
-        if record:
-            self.pending.append([problem_id, int(step), rewards])
 
     def estimate(self) -> np.ndarray:
         """Current pass-rate estimate per prompt (sorted ids): EMA where trained, else the prior, else the mean."""
@@ -292,7 +282,6 @@ class CurriculumSampler:
             "counts": dict(self.counts),
             "tracker": self.tracker.state_dict(),
             "rng": self.rng.bit_generator.state,
-            "pending": [list(p) for p in self.pending],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -311,48 +300,6 @@ class CurriculumSampler:
         self.tracker.load_state_dict(state["tracker"])
         self.rng = np.random.Generator(np.random.PCG64())
         self.rng.bit_generator.state = state["rng"]
-        self.pending = [list(p) for p in state["pending"]]
-
-    # ------------------------------------------------------------------ ledger
-    def to_ledger_rows(self, model: str, *, first_idx: dict[str, int] | None = None, run_id: str = "") -> pl.DataFrame:
-        """Pending groups as ledger rows (schema.ROLLOUTS, backend ``sampler``, one row per reward, no completion).
-
-        ``sample_idx`` continues per problem from ``first_idx`` (the ledger's next free index); without it, it is
-        left null, for ``ledger.append`` to number.
-        """
-        pids, steps, rewards = [], [], []
-        for pid, step, group in self.pending:
-            pids += [pid] * len(group)
-            steps += [step] * len(group)
-            rewards += group
-        ok = [r > self.cfg.success_threshold for r in rewards]
-        values = {
-            S.VERDICT: ["correct" if c else "wrong" for c in ok],
-            S.CORRECT: ok,
-            S.REWARD: rewards,
-            S.SEED: self.cfg.seed,
-            S.STEP: steps,
-        }
-        rows = ledger.build_rows(model, pids, values, backend="sampler", run_id=run_id)
-        if first_idx is None:
-            return rows
-        return ledger.number(rows, {pid: range(first) for pid, first in first_idx.items()})
-
-    def flush_ledger(self, ws, pool: str, model: str, *, run_id: str = "") -> Any:
-        """Append pending groups to the model's rollout ledger as one atomic part file (``ledger.append``, which
-        numbers them); returns its path or None.
-
-        The file name is a hash of the pending content, so flushing the same groups twice (a resume from a state
-        saved before the last flush) writes nothing new. Pending groups are cleared afterwards.
-        """
-        if not self.pending:
-            return None
-        name = ledger.part_name("sampler", ledger.digest(json.dumps([model, run_id, self.pending]), 16))
-        path = ledger.part_path(ws, pool, model, name)
-        if not path.exists():
-            ledger.append(ws, pool, model, self.to_ledger_rows(model, run_id=run_id), part=name)
-        self.pending = []
-        return path
 
 
 def scalingrl_epoch(
@@ -395,23 +342,3 @@ def scalingrl_epoch(
 
 def _ids_hash(ids: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(ids).encode()).hexdigest()
-
-
-__all__ = [
-    "CurriculumSampler",
-    "PassRateTracker",
-    "RolloutLadder",
-    "SamplerConfig",
-    "assign_pool",
-    "des_scores",
-    "effective_rollouts",
-    "efficiency",
-    "group_by_difficulty",
-    "mix_schedule",
-    "optimal_eta_over_n",
-    "rollouts_for_signal",
-    "scalingrl_epoch",
-    "select_by_des",
-    "temperature_schedule",
-    "zero_variance_mask",
-]

@@ -11,8 +11,8 @@ Pipeline position: after ``select`` (or straight on a pool's train split). Three
   problems in difficulty groups [0.05, 0.25), [0.25, 0.5), [0.5, 0.7] for separate RL runs, each with the smallest
   rung of the rollout ladder that gives enough effective rollouts and η/N kept constant (RECONSTRUCTED, §2.7).
 - ``scalingrl`` (METHODS §1.2, RECONSTRUCTED): one shard per epoch of K_t DES-weighted prompts with the
-  exploration/exploitation mix and decaying temperature of ``curate.sampler.scalingrl_epoch``; offline, "trained"
-  means chosen in an earlier epoch and the pass rate is the prior (the online sampler updates both).
+  exploration/exploitation mix and decaying temperature of ``curate.curriculum.sampler.scalingrl_epoch``; offline,
+  "trained" means chosen in an earlier epoch and the pass rate is the prior (the online sampler updates both).
 
 Output (``ws.curriculum_dir(name)``): ``plan.json``, ``<stage>.parquet`` per stage (schema.CURRICULA columns, then
 the verl/TRL columns ``prompt`` (chat list), ``data_source``, ``ability``, ``reward_model``, ``extra_info``, then
@@ -159,6 +159,21 @@ def load_config(recipe: Recipe) -> CurriculumConfig:
     return dataclasses.replace(cfg, name=cfg.name or recipe.name, selection=selection, pool=pool)
 
 
+def stage_names(cfg: CurriculumConfig) -> list[str]:
+    """The stage names a plan of ``cfg`` can hold, known before any data: the FastCuRL preset's stages, the
+    difficulty groups of ``bins`` (a group left empty is not in the plan) or the ScalingRL epochs. A training
+    recipe checks its ``stages.<name>`` and ``only_stages`` against them when it loads."""
+    if cfg.plan == "fastcurl":
+        return [spec.name for spec in fastcurl_stages(cfg.preset)]
+    if cfg.plan == "bands":
+        return [band_name(lo, hi) for lo, hi in pairwise(cfg.bins)]
+    return [_epoch_name(t) for t in range(cfg.sampler.epochs)]
+
+
+def _epoch_name(t: int) -> str:
+    return f"epoch{t}"
+
+
 # --------------------------------------------------------------------------------------------------- pure steps
 def prompt_length(
     text: str,
@@ -262,10 +277,10 @@ def shard_frame(df: pl.DataFrame, stage: str, instruction: str = prompts.INSTRUC
 
     ``prompt`` is ``curate.prompts.chat_prompt_expr(instruction)``: [{"role": "user", "content": problem +
     instruction}] (TRL's conversational layout, verl's ``prompt``), the same turn the selection's exports carry;
-    ``reward_model`` = {ground_truth, style "rule"}; ``extra_info`` = {index, problem_id, split, stage} as in a
-    verl file.
+    ``data_source``, ``ability``, ``reward_model`` and ``extra_info`` (with the stage's name) are
+    ``curate.prompts.verl_columns``, the layout of the selection's ``verl.parquet``.
     """
-    out = df.with_row_index("_i").select(
+    out = df.with_row_index(prompts.ROW_INDEX).select(
         pl.lit(stage).alias(S.CURRICULUM_STAGE),
         S.PROBLEM_ID,
         S.PROBLEM,
@@ -273,16 +288,7 @@ def shard_frame(df: pl.DataFrame, stage: str, instruction: str = prompts.INSTRUC
         S.ANSWER_ALTERNATIVES,
         pl.col(S.PASS_RATE).cast(pl.Float64),
         pl.col(S.PROMPT_CHARS).cast(pl.Int32),
-        prompts.chat_prompt_expr(instruction),
-        pl.col(S.SOURCE).alias("data_source"),
-        pl.lit("math").alias("ability"),
-        pl.struct(pl.col(S.ANSWER).alias("ground_truth"), pl.lit("rule").alias("style")).alias("reward_model"),
-        pl.struct(
-            pl.col("_i").cast(pl.Int64).alias("index"),
-            S.PROBLEM_ID,
-            S.SPLIT,
-            pl.lit(stage).alias("stage"),
-        ).alias("extra_info"),
+        *prompts.verl_columns(df, instruction, pl.col(S.SPLIT), pl.lit(stage).alias("stage")),
         DIFFICULTY_BAND,
         pl.col(S.COT_LENGTH).cast(pl.Float64),
         pl.col(S.ZERO_VARIANCE).cast(pl.Boolean),
@@ -427,8 +433,8 @@ def scalingrl_plan(df: pl.DataFrame, cfg: CurriculumConfig) -> tuple[list[tuple[
     for t in range(scfg.epochs):
         order = scalingrl_epoch(ids, np.arange(len(ids)), p, cot, seen, extreme, t, scfg, rng)
         entry = {
-            "stage": f"epoch{t}",
-            "split": f"epoch{t}",
+            "stage": _epoch_name(t),
+            "split": _epoch_name(t),
             "max_prompt_length": cfg.max_prompt_length,
             "max_response_length": cfg.max_response_length,
             "n": cfg.rollouts,
@@ -440,7 +446,7 @@ def scalingrl_plan(df: pl.DataFrame, cfg: CurriculumConfig) -> tuple[list[tuple[
             "explore_frac": round(mix_schedule(t, scfg.epochs, scfg.explore_floor), 4),
             "sampling_temperature": round(temperature_schedule(t, scfg.t0, scfg.gamma, scfg.t_floor), 4),
             "fresh": int(sum(not seen[pos[i]] for i in order)),
-            "init_from": "base" if t == 0 else f"epoch{t - 1}",
+            "init_from": "base" if t == 0 else _epoch_name(t - 1),
             "sampler": SamplerConfig(seed=scfg.seed).to_dict(),
         }
         seen[[pos[i] for i in order]] = True

@@ -1,7 +1,7 @@
 """Near-duplicate clusters inside a training pool: cosine over cached embeddings AND the same answer.
 
 Two train problems are near duplicates when their embeddings' cosine is at least ``threshold``, their gold answers
-have the same ``curate.answers.answer_key``, and (by default) they have the same numbers, or, when both are long
+have the same ``curate.verify.answers.answer_key``, and (by default) they have the same numbers, or, when both are long
 (``number_slack_tokens``), the numbers of one are a sub-multiset of the other's; so a template sibling that
 changed a number is never merged, even if the answer happens to agree. Clusters are the connected components of
 that graph (union-find); every edge joins problems with equal answer keys, so a cluster never mixes answers.

@@ -4,9 +4,9 @@ Benchmarks are every evaluation problem of the pool (``split`` validation or tes
 named in ``benchmark_pools``. A train problem is contaminated when one of three tests matches it to a benchmark item
 (the strongest wins: exact, then ngram, then embedding):
 
-- ``exact``: equal token sequences after LaTeX/whitespace normalization (``curate.dedup.tokenize``). Ingest already
-  drops case/whitespace-exact copies; this catches formatting variants (``\dfrac``/``\frac``, ``a_{1}``/``a_1``,
-  ``\leqslant``/``\le``, ``\left(``, AoPS ``[i]`` tags, ``\tag{1}``, ``xy``/``x y``).
+- ``exact``: equal token sequences after LaTeX/whitespace normalization (``curate.decontaminate.dedup.tokenize``).
+  Ingest already drops case/whitespace-exact copies; this catches formatting variants (``\dfrac``/``\frac``,
+  ``a_{1}``/``a_1``, ``\leqslant``/``\le``, ``\left(``, AoPS ``[i]`` tags, ``\tag{1}``, ``xy``/``x y``).
 - ``ngram``: the fraction of the benchmark item's ``ngram_n``-token n-grams (numbers and operators kept) found in
   the train problem is >= ``ngram_threshold``, AND the pair is compatible (below).
 - ``embedding``: cosine >= ``embed_threshold`` to a benchmark item, AND the pair is compatible.
@@ -14,7 +14,7 @@ named in ``benchmark_pools``. A train problem is contaminated when one of three 
 Compatible (our rule, against template siblings, ANALYSIS.md §4): the two have the same numbers (for a benchmark
 item of ``number_slack_tokens`` or more, or one contained whole in the train problem, one side's numbers may be a
 sub-multiset of the other's), so ``divided by 9`` vs ``divided by 8`` fails; AND the gold answers agree: a shared
-``answer_key``, or the same numbers and operators (``curate.dedup.answers_compatible``: ``n=1,2,3,4`` vs
+``answer_key``, or the same numbers and operators (``curate.decontaminate.dedup.answers_compatible``: ``n=1,2,3,4`` vs
 ``1,2,3,4``, tuples in another order), or math-verify says they are equal (``\frac 9{16\sqrt 2}`` vs
 ``\frac{9}{32}\sqrt 2``; ``verify_answers``). An n-gram score of 1.0 (``contained_threshold``: the whole benchmark
 text is inside the train problem) needs only the numbers. ``ELLIPSE`` vs ``SUCCESS`` (answers 1260 vs 420) and
@@ -30,7 +30,8 @@ problems, all true leaks; at 0.80 a different functional equation with the same 
 (``curate.embed.THRESHOLDS``): unset in the config, they are the encoder's calibrated values, and the resolved
 values and the encoder's cache key are recorded in the stage's manifest.
 
-Then, among the train problems that are not contaminated, near-duplicate clusters are found (``curate.dedup``).
+Then, among the train problems that are not contaminated, near-duplicate clusters are found
+(``curate.decontaminate.dedup``).
 Outputs: ``filters.parquet`` (schema.FILTERS, one row per train problem) and the stage's own quarantine table
 ``quarantine_decontaminate.parquet`` (reasons ``contaminated`` and ``near_duplicate``), replaced on every run. The
 problems table is not modified; later stages join filters.parquet.
@@ -85,7 +86,7 @@ class DecontamConfig:
     (``curate.verify``) about answers the string rules cannot match (``\frac 9{16\sqrt 2}`` vs
     ``\frac{9}{32} \sqrt{2}``). max_candidates: benchmark items checked per train problem and test. max_examples:
     examples per kind in the summary. embed: the encoder (shared cache). dedup: near-duplicate clustering
-    (``curate.dedup.DedupConfig``).
+    (``curate.decontaminate.dedup.DedupConfig``).
     """
 
     benchmark_pools: tuple[str, ...] = ()

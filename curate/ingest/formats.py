@@ -121,127 +121,123 @@ def _num(value: Any) -> float | None:
         return None
 
 
-def _map_record(i: int, rec: dict, fmt: str, path: Path, fields: dict[str, str]) -> dict[str, Any]:
-    """One record of a known format (or the generic mapping) into a raw row."""
-    meta: dict[str, Any] = {}
-    if fmt == "gsm8k":
-        ans = rec.get("answer")
-        return raw_row(i, problem=rec.get("question"), answer_raw=ans, answers=[ans], solution=ans)
-    if fmt == "gsm8k-solutions":
-        gt = rec.get("ground_truth")
-        return raw_row(i, problem=rec.get("question"), answer_raw=gt, answers=[gt], solution=gt, split="test")
-    if fmt == "math500":
-        meta = {"unique_id": rec.get("unique_id")}
-        return raw_row(
-            i,
-            problem=rec.get("problem"),
-            answer_raw=rec.get("answer"),
-            answers=[rec.get("answer")],
-            solution=rec.get("solution"),
-            level=_level(rec.get("level")),
-            difficulty=_num(rec.get("level")),
-            subject=rec.get("subject"),
-            split="test",
-            meta=meta,
-        )
-    if fmt == "deepscaler":
-        ans = rec.get("answer")
-        answers = list(ans) if isinstance(ans, list) else [ans]
-        solution = rec.get("solution")
-        if isinstance(solution, list):
-            solution = "\n\n".join(str(s) for s in solution)
-        meta = {
-            k: rec[k]
-            for k in (
-                "year",
-                "aime_number",
-                "problem_number",
-                "url",
-                "unique_id",
-                "idx",
-                "id",
-                "type",
-                "subfield",
-                "answer_type",
-                "unit",
-                "is_multiple_answer",
-            )
-            if rec.get(k) is not None
-        }
-        split = "test" if "test" in path.parts else "train"
-        subject = rec.get("type") or rec.get("subfield")
-        diff = _num(rec.get("difficulty"))
-        level = _level(rec.get("difficulty")) if (rec.get("type") and diff is not None) else None
-        return raw_row(
-            i,
-            problem=rec.get("problem"),
-            answer_raw=ans,
-            answers=answers,
-            solution=solution,
-            difficulty=diff,
-            level=level,
-            subject=subject,
-            split=split,
-            meta=meta,
-        )
-    if fmt == "fastcurl":
-        prompt = rec.get("prompt")
-        text = None
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
-            text = next((m.get("content") for m in prompt if m.get("role") == "user"), prompt[0].get("content"))
-        elif isinstance(prompt, str):
-            text = prompt
-        if isinstance(text, str):
-            text = S.strip_instruction(text)
-        rm = rec.get("reward_model") or {}
-        gt = rm.get("ground_truth") if isinstance(rm, dict) else None
-        extra = rec.get("extra_info") or {}
-        meta = {"index": extra.get("index")} if isinstance(extra, dict) else {}
-        split = extra.get("split") if isinstance(extra, dict) else None
-        return raw_row(
-            i, problem=text, answer_raw=gt, answers=[gt], split=split if split in S.SPLITS else None, meta=meta
-        )
-    if fmt == "limr":
-        return raw_row(
-            i,
-            problem=rec.get("prompt"),
-            answer_raw=rec.get("answer"),
-            answers=[rec.get("answer")],
-            split="train",
-            meta={"id": rec.get("id"), "origin": rec.get("source")},
-        )
-    if fmt == "limr-disk":
-        return raw_row(
-            i,
-            problem=rec.get("context"),
-            answer_raw=rec.get("answer"),
-            answers=[rec.get("answer")],
-            split="train",
-            meta={"id": rec.get("id")},
-        )
-    if fmt == "simplerl":
-        return raw_row(
-            i,
-            problem=rec.get("question"),
-            answer_raw=rec.get("gt"),
-            answers=[rec.get("gt")],
-            solution=rec.get("solution"),
-            level=_level(rec.get("level")),
-            difficulty=_num(_level(rec.get("level"))),
-            split="test",
-            meta={"idx": rec.get("idx")},
-        )
-    if fmt == "openr1":
-        meta = {k: rec[k] for k in ("uuid", "problem_type", "question_type", "source") if rec.get(k) is not None}
-        return raw_row(
-            i,
-            problem=rec.get("problem"),
-            answer_raw=rec.get("answer"),
-            answers=[rec.get("answer")],
-            solution=rec.get("solution"),
-            meta=meta,
-        )
-    # generic
+# One mapper per format: ``(i, record, path, fields) -> raw row``; ``_map_record`` picks it (generic otherwise).
+def _gsm8k(i: int, rec: dict, path: Path, fields: dict[str, str]) -> dict[str, Any]:
+    ans = rec.get("answer")
+    return raw_row(i, problem=rec.get("question"), answer_raw=ans, answers=[ans], solution=ans)
+
+
+def _gsm8k_solutions(i: int, rec: dict, path: Path, fields: dict[str, str]) -> dict[str, Any]:
+    gt = rec.get("ground_truth")
+    return raw_row(i, problem=rec.get("question"), answer_raw=gt, answers=[gt], solution=gt, split="test")
+
+
+def _math500(i: int, rec: dict, path: Path, fields: dict[str, str]) -> dict[str, Any]:
+    return raw_row(
+        i,
+        problem=rec.get("problem"),
+        answer_raw=rec.get("answer"),
+        answers=[rec.get("answer")],
+        solution=rec.get("solution"),
+        level=_level(rec.get("level")),
+        difficulty=_num(rec.get("level")),
+        subject=rec.get("subject"),
+        split="test",
+        meta={"unique_id": rec.get("unique_id")},
+    )
+
+
+_DEEPSCALER_META = ("year", "aime_number", "problem_number", "url", "unique_id", "idx", "id", "type", "subfield",
+                    "answer_type", "unit", "is_multiple_answer")  # fmt: skip
+
+
+def _deepscaler(i: int, rec: dict, path: Path, fields: dict[str, str]) -> dict[str, Any]:
+    ans = rec.get("answer")
+    solution = rec.get("solution")
+    if isinstance(solution, list):
+        solution = "\n\n".join(str(s) for s in solution)
+    diff = _num(rec.get("difficulty"))
+    return raw_row(
+        i,
+        problem=rec.get("problem"),
+        answer_raw=ans,
+        answers=list(ans) if isinstance(ans, list) else [ans],
+        solution=solution,
+        difficulty=diff,
+        level=_level(rec.get("difficulty")) if (rec.get("type") and diff is not None) else None,
+        subject=rec.get("type") or rec.get("subfield"),
+        split="test" if "test" in path.parts else "train",
+        meta={k: rec[k] for k in _DEEPSCALER_META if rec.get(k) is not None},
+    )
+
+
+def _fastcurl(i: int, rec: dict, path: Path, fields: dict[str, str]) -> dict[str, Any]:
+    prompt = rec.get("prompt")
+    text = None
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
+        text = next((m.get("content") for m in prompt if m.get("role") == "user"), prompt[0].get("content"))
+    elif isinstance(prompt, str):
+        text = prompt
+    if isinstance(text, str):
+        text = S.strip_instruction(text)
+    rm = rec.get("reward_model") or {}
+    gt = rm.get("ground_truth") if isinstance(rm, dict) else None
+    extra = rec.get("extra_info") or {}
+    meta = {"index": extra.get("index")} if isinstance(extra, dict) else {}
+    split = extra.get("split") if isinstance(extra, dict) else None
+    return raw_row(i, problem=text, answer_raw=gt, answers=[gt], split=split if split in S.SPLITS else None, meta=meta)
+
+
+def _limr(i: int, rec: dict, path: Path, fields: dict[str, str]) -> dict[str, Any]:
+    return raw_row(
+        i,
+        problem=rec.get("prompt"),
+        answer_raw=rec.get("answer"),
+        answers=[rec.get("answer")],
+        split="train",
+        meta={"id": rec.get("id"), "origin": rec.get("source")},
+    )
+
+
+def _limr_disk(i: int, rec: dict, path: Path, fields: dict[str, str]) -> dict[str, Any]:
+    return raw_row(
+        i,
+        problem=rec.get("context"),
+        answer_raw=rec.get("answer"),
+        answers=[rec.get("answer")],
+        split="train",
+        meta={"id": rec.get("id")},
+    )
+
+
+def _simplerl(i: int, rec: dict, path: Path, fields: dict[str, str]) -> dict[str, Any]:
+    return raw_row(
+        i,
+        problem=rec.get("question"),
+        answer_raw=rec.get("gt"),
+        answers=[rec.get("gt")],
+        solution=rec.get("solution"),
+        level=_level(rec.get("level")),
+        difficulty=_num(_level(rec.get("level"))),
+        split="test",
+        meta={"idx": rec.get("idx")},
+    )
+
+
+def _openr1(i: int, rec: dict, path: Path, fields: dict[str, str]) -> dict[str, Any]:
+    return raw_row(
+        i,
+        problem=rec.get("problem"),
+        answer_raw=rec.get("answer"),
+        answers=[rec.get("answer")],
+        solution=rec.get("solution"),
+        meta={k: rec[k] for k in ("uuid", "problem_type", "question_type", "source") if rec.get(k) is not None},
+    )
+
+
+def _generic(i: int, rec: dict, path: Path, fields: dict[str, str]) -> dict[str, Any]:
+    """The ``--field`` mapping, else the usual column names (``_PROBLEM_KEYS``, ``_ANSWER_KEYS``); a chat-format
+    problem gives its user turn; other scalar columns go to ``meta``."""
     pk = fields.get("problem") or next((k for k in _PROBLEM_KEYS if k in rec), None)
     ak = fields.get("answer") or next((k for k in _ANSWER_KEYS if k in rec), None)
     if pk is None:
@@ -265,6 +261,16 @@ def _map_record(i: int, rec: dict, fmt: str, path: Path, fields: dict[str, str])
     used = {pk, ak or pk, *(fields.values())}
     row["meta"] = {k: v for k, v in rec.items() if k not in used and isinstance(v, str | int | float | bool)}
     return row
+
+
+_MAPPERS = {"gsm8k": _gsm8k, "gsm8k-solutions": _gsm8k_solutions, "math500": _math500, "deepscaler": _deepscaler,
+            "fastcurl": _fastcurl, "limr": _limr, "limr-disk": _limr_disk, "simplerl": _simplerl,
+            "openr1": _openr1}  # fmt: skip
+
+
+def _map_record(i: int, rec: dict, fmt: str, path: Path, fields: dict[str, str]) -> dict[str, Any]:
+    """One record of a known format (or the generic mapping) into a raw row."""
+    return _MAPPERS.get(fmt, _generic)(i, rec, path, fields)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")  # a lone surrogate (JSON "\ud800"): not Unicode, cannot be written

@@ -2,8 +2,9 @@ r"""Ingest: sources -> one pool of unique, answer-checked problems, and a quaran
 
 Pipeline position: the first stage. Pure steps, then one I/O wrapper (``ingest``):
 
-1. ``raw_frame``: an adapter's rows (``curate.sources``) with gold answers normalized (``curate.answers``).
-   Each source's raw frame is kept under ``pools/<pool>/raw/`` so adding a source later reads only that source.
+1. ``raw_frame``: an adapter's rows (``curate.ingest.sources``) with gold answers normalized
+   (``curate.verify.answers``). Each source's raw frame is kept under ``pools/<pool>/raw/`` so adding a source
+   later reads only that source.
 2. ``clean``: every row gets a ``problem_id`` or a drop reason: ``undecodable``, ``malformed``, ``empty_problem``,
    ``missing_answer`` (missing, null or empty after normalization), ``unparseable_answer`` (an unclosed ``\boxed{``
    or unbalanced braces: no completion could ever match it), ``too_long``. Gold answers the checker cannot verify

@@ -1,5 +1,5 @@
 r"""Generation backends for rollouts: prompts in, completions out. ``hf`` and ``openai`` live here; ``vllm`` in
-``curate/vllm_backend.py`` (the one module allowed to import vLLM).
+``curate/rollout/vllm_engine.py`` (the one module allowed to import vLLM).
 
 Every backend takes the same inputs and returns the same records, so the ledger cannot tell them apart except by
 its ``backend`` column:

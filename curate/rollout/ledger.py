@@ -1,7 +1,7 @@
 r"""The rollout ledger: the one module that names, numbers, reads and writes its part files.
 
 Pipeline position: every writer of samples (``curate rollout``, the solutions stage's teacher through it,
-``curate import-generations``, the online sampler's ``flush_ledger``, training's RL rollouts) appends here; every
+``curate import-generations``, training's RL rollouts) appends here; every
 reader (stats, score, solutions, re-distillation) reads here. Schema: ``schema.ROLLOUTS``, key
 (problem_id, model, sample_idx).
 
@@ -13,18 +13,18 @@ Layout and the one glob rule::
 
 A part is immutable once renamed into place; a part name is a writer's unit of resume. Names in use: rollout
 shards ``part-r-<hash>-<shard:06d>-<digest of keys>``, teacher shards ``part-teacher-<hash>-...`` (the same),
-imports ``part-import-<hash>-<shard:06d>-<digest>``, training ``part-rl-<hash>-step<step:07d>``, the sampler
-``part-sampler-<digest of its groups>``. Run ids are a prefix plus a fixed-length hash, so ``part-<run_id>-``
-names one run's parts. Reads take ``part-*.parquet`` of a model folder (or of every model folder),
-in name order, and deduplicate on the key: the first file in name order wins (a part written twice, by a crash
-between two runs' claims or a copy, counts once).
+imports ``part-import-<hash>-<shard:06d>-<digest>``, training ``part-rl-<hash>-step<step:07d>`` (older
+ledgers may hold ``part-sampler-<digest>`` parts of the online sampler's former writer). Run ids are a prefix plus
+a fixed-length hash, so ``part-<run_id>-`` names one run's parts. Reads take ``part-*.parquet`` of a model folder
+(or of every model folder), in name order, and deduplicate on the key: the first file in name order wins (a part
+written twice, by a crash between two runs' claims or a copy, counts once).
 
 Sample numbering, one rule: within one (model, problem), a new sample gets the lowest index that is free, i.e. in
 no part of the model's ledger and in no claim of a live writer, and the choice is made under the model ledger's
 lock in the same step that claims the index (``claim``) or writes it (``append``). A writer with a target takes
 every free index below it (``curate rollout`` with n=8 takes what is free of 0..7, so raising n adds only the new
-indices; ``free_indices(used, below=n)``); an open-ended writer takes the next k free ones (training's batches, the
-sampler's groups, the teacher's rounds; ``free_indices(used, count=k)``). Two writers never collide: each
+indices; ``free_indices(used, below=n)``); an open-ended writer takes the next k free ones (training's batches,
+the teacher's rounds; ``free_indices(used, count=k)``). Two writers never collide: each
 assignment sees every part written and every live claim. A resumed writer never duplicates: a rollout shard is named
 by its keys, so a resumed one finds its file and is not redone; ``append`` replaces a part of the same name and does
 not count that part's own rows as used, so a resumed training step gets its indices back instead of new ones.

@@ -2,7 +2,7 @@ r"""The rollout stage: sample k completions per problem, verify each, append the
 
 Pipeline position: ingest -> decontaminate -> **rollout** -> score -> select -> curriculum. Reads
 ``pools/<pool>/problems.parquet``; appends to ``pools/<pool>/rollouts/<model>/part-*.parquet`` (schema.ROLLOUTS,
-key (problem_id, model, sample_idx)); refreshes ``pools/<pool>/stats.parquet`` (``curate.stats``).
+key (problem_id, model, sample_idx)); refreshes ``pools/<pool>/stats.parquet`` (``curate.rollout.stats``).
 
 How a job is cut and why a crash loses nothing:
 

@@ -1,7 +1,7 @@
 """ScalingRL's Data Effectiveness Score as vectorized polars expressions, plus the CoScale-RL pool rule.
 
 Pure builders shared by ``curate.score`` (DES at t = 0, written to ``scores.parquet``) and the curriculum
-sampler (DES at t > 0 over the same columns). Split out of ``score.py`` to keep modules short.
+sampler (DES at t > 0 over the same columns). The score stage's I/O lives in ``curate.score.stage``.
 
 What is whose (METHODS.md §1.2, §2): DES = λ_d·D + λ_c·C + λ_r·R with λ = softmax(φ), Gaussian component scores
 whose centres move with a time weight w_t, and zero reward adaptability for prompts whose rewards are all equal:
@@ -10,13 +10,18 @@ std, μ_r 0.5 -> 0.0 on the ±1 scale, σ_r = 0.5, the φ update) are RECONSTRUC
 ``DesConfig``. The pool thresholds (5% / 70%) are CoScale-RL's [MOON].
 
 Columns read: difficulty_score, cot_length, reward_ema, zero_variance (and learning_progress unless disabled).
+
+The terms live in one table, ``TERMS`` (name, score column, input column, component builder): every other module
+(the score stage's warnings, the selection's columns and plots, the curriculum's DES at t > 0) reads it, so a new
+factor is a component function and a ``Term`` here plus its column in ``curate.schema``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
@@ -29,15 +34,16 @@ from curate import schema as S
 class DesConfig:
     """Constants of the RECONSTRUCTED DES (METHODS.md §1.2); only the three-factor softmax structure is ScalingRL's.
 
-    phi: softmax logits of (λ_d, λ_c, λ_r); (0, 0, 0) gives equal weights. quantile: the centres of D and C move
-    from the pool mean (w=0) to this pool quantile (w=1). sigma_d / sigma_c: Gaussian widths; None = the pool's std.
+    phi: softmax logits of the terms' weights, in ``TERMS`` order (λ_d, λ_c, λ_r); all 0 gives equal weights.
+    quantile: the centres of D and C move from the pool mean (w=0) to this pool quantile (w=1). sigma_d / sigma_c:
+    Gaussian widths; None = the pool's std.
     reward_center_start/end, reward_sigma: R's Gaussian on the [0, 1] fraction-correct scale; the defaults are
     §1.2's ±1-scale values (centre 0.5 -> 0.0, σ 0.5) mapped through q = (r + 1) / 2. progress_weight: how much
     learning progress between checkpoints shifts R (up when learning, down when forgetting; ours).
     sigma_floor keeps a degenerate pool finite.
     """
 
-    phi: tuple[float, ...] = (0.0, 0.0, 0.0)
+    phi: tuple[float, ...] = field(default_factory=lambda: (0.0,) * len(TERMS))
     quantile: float = 0.8
     sigma_d: float | None = None
     sigma_c: float | None = None
@@ -48,8 +54,9 @@ class DesConfig:
     sigma_floor: float = 1e-3
 
     def __post_init__(self) -> None:
-        if len(self.phi) != 3:
-            raise config.ConfigError(f"score.des.phi needs 3 logits (difficulty, cot, reward), got {self.phi}")
+        if len(self.phi) != len(TERMS):
+            names = ", ".join(t.name for t in TERMS)
+            raise config.ConfigError(f"score.des.phi needs {len(TERMS)} logits ({names}), got {self.phi}")
 
 
 # --------------------------------------------------------------------------------------------------- DES (pure)
@@ -126,7 +133,9 @@ def cot_component(cfg: DesConfig, w: float, stats: PoolStats) -> pl.Expr:
     return gaussian_score(S.COT_LENGTH, moving_center(stats.c_mean, stats.c_quantile, w), sigma)
 
 
-def reward_component(cfg: DesConfig, w: float, progress_col: str | None = S.LEARNING_PROGRESS) -> pl.Expr:
+def reward_component(
+    cfg: DesConfig, w: float, stats: PoolStats | None = None, progress_col: str | None = S.LEARNING_PROGRESS
+) -> pl.Expr:
     """R_t(x): 0 for zero-variance problems (no gradient signal), else clip(G(r̄; μ_r(t), σ_r) + β·progress, 0, 1).
 
     Reads ``reward_ema`` (EMA of recent rewards on the [0, 1] fraction-correct scale), ``zero_variance`` and,
@@ -139,27 +148,79 @@ def reward_component(cfg: DesConfig, w: float, progress_col: str | None = S.LEAR
     return pl.when(pl.col(S.ZERO_VARIANCE).fill_null(False)).then(0.0).otherwise(score)
 
 
+@dataclass(frozen=True)
+class Term:
+    """One DES factor. name: how warnings, cards and plots call it. column: its score column (``curate.schema``).
+    input: the column its component reads. component: ``(cfg, w, stats, progress_col) -> expression in [0, 1]``."""
+
+    name: str
+    column: str
+    input: str
+    component: Callable[[DesConfig, float, PoolStats, str | None], pl.Expr]
+
+
+# The terms of DES, in the order of ``DesConfig.phi``: the one table every reader of DES terms goes through.
+TERMS = (
+    Term("difficulty", S.DES_D, S.DIFFICULTY_SCORE, lambda cfg, w, stats, _: difficulty_component(cfg, w, stats)),
+    Term("CoT length", S.DES_C, S.COT_LENGTH, lambda cfg, w, stats, _: cot_component(cfg, w, stats)),
+    Term("reward", S.DES_R, S.REWARD_EMA, reward_component),
+)
+COLUMNS = tuple(t.column for t in TERMS)  # the per-term score columns
+
+
+def without_input(cfg: DesConfig, column: str) -> DesConfig:
+    """``cfg`` with weight 0 on the terms that read ``column`` (the others renormalized): DES when that input is
+    unknown for every prompt (the curriculum without any CoT length)."""
+    phi = tuple(-math.inf if t.input == column else p for t, p in zip(TERMS, cfg.phi, strict=True))
+    return dataclasses.replace(cfg, phi=phi)
+
+
+def constant_terms(frame: pl.DataFrame, tol: float = 1e-9) -> list[str]:
+    """The names of the DES terms that take one value over ``frame``'s rows (they carry no ranking signal there);
+    none for fewer than two rows or a frame without the term columns."""
+    if frame.height < 2 or any(t.column not in frame.columns for t in TERMS):
+        return []
+    spread = frame.select(pl.col(t.column).max() - pl.col(t.column).min() for t in TERMS).row(0)
+    return [t.name for t, d in zip(TERMS, spread, strict=True) if d is None or float(d) <= tol]
+
+
+def reduced_note(frame: pl.DataFrame) -> str | None:
+    """What DES is reduced to over ``frame`` when some of its terms are constant (issue 11: without rollouts or
+    difficulty labels, difficulty and reward are the same for every problem and DES ranks by length); None when
+    every term varies. Says when the CoT length it ranks by is the prompt length (``cot_source`` ``prompt``)."""
+    constant = constant_terms(frame)
+    if not constant:
+        return None
+    varying = [t for t in TERMS if t.name not in constant]
+    if not varying:
+        return "every DES term is constant over the pool: DES does not rank the problems at all"
+    text = f"DES terms {', '.join(constant)} are constant over the pool, so DES ranks by "
+    text += " and ".join(t.name for t in varying) + " alone"
+    by_prompt = S.COT_SOURCE in frame.columns and (frame[S.COT_SOURCE] == "prompt").all()
+    if by_prompt and any(t.input == S.COT_LENGTH for t in varying):
+        text += " (with no solutions and no rollouts the CoT length is the prompt length)"
+    return text
+
+
 def des_exprs(
     cfg: DesConfig, t: float, horizon: float, stats: PoolStats, progress_col: str | None = S.LEARNING_PROGRESS
 ) -> list[pl.Expr]:
-    """The four DES columns (des_d, des_c, des_r, des) at time t of horizon T, as vectorized expressions.
+    """The DES columns (one per term: des_d, des_c, des_r; then des) at time t of horizon T, as expressions.
 
     Needs difficulty_score, cot_length, reward_ema, zero_variance (and ``progress_col``). Worked row with equal
     weights, pool stats d: mean 0.5 std 0.2, ℓ: mean 0 std 1, t = 0: d = 0.7 -> D = exp(-0.04/0.08) = 0.6065;
     ℓ = 0 -> C = 1; r̄ = 0.75 -> R = 1; DES = (0.6065 + 1 + 1) / 3 = 0.8689.
     """
     w = time_weight(t, horizon)
-    d = difficulty_component(cfg, w, stats)
-    c = cot_component(cfg, w, stats)
-    r = reward_component(cfg, w, progress_col)
-    ld, lc, lr = des_weights(cfg.phi)
-    return [d.alias(S.DES_D), c.alias(S.DES_C), r.alias(S.DES_R), (ld * d + lc * c + lr * r).alias(S.DES)]
+    parts = [term.component(cfg, w, stats, progress_col) for term in TERMS]
+    des = sum((lam * part for lam, part in zip(des_weights(cfg.phi), parts, strict=True)), pl.lit(0.0))
+    return [*(part.alias(term.column) for term, part in zip(TERMS, parts, strict=True)), des.alias(S.DES)]
 
 
 def update_des_weights(phi: Sequence[float], components: np.ndarray, progress: np.ndarray, lr: float) -> tuple:
     """One gradient step on φ that raises Cov(DES, progress) (METHODS.md §1.2's optional online update; RECONSTRUCTED).
 
-    components: [n, 3] (D, C, R) per prompt; progress: [n] observed learning progress (Δ EMA reward).
+    components: [n, terms] (D, C, R) per prompt; progress: [n] observed learning progress (Δ EMA reward).
     d/dφ_j Σ_i λ_i cov_i = λ_j (cov_j - Σ_i λ_i cov_i).
     """
     lam = np.asarray(des_weights(phi))

@@ -17,12 +17,7 @@ What is whose (METHODS.md §1-§4):
 - CoScale-RL pools (unsolvable < 5% <= solvable <= 70% < solved) are the paper's thresholds [MOON]; ScaleRL's
   zero-variance and No-Positive-Resampling (pass rate >= 0.9) flags are the paper's rules [SRL §3.2].
 
-Example row of ``scores`` (t = 0, equal weights)::
-
-    {"problem_id": "3f9c0a1b2c4d5e6f", "run": "default", "pass_rate": 0.45, "pass_rate_source": "blend",
-     "difficulty_score": 0.55, "cot_length": 0.3, "cot_source": "ledger", "reward_ema": 0.5, "des_d": 0.97,
-     "des_c": 0.96, "des_r": 0.61, "des": 0.85, "cluster": 12, "coscale_pool": "solvable", "zero_variance": False,
-     "solved": False, "contaminated": False, "duplicate_of": None, "prompt_chars": 212}
+An example row of ``scores`` is in ``curate.schema`` (``SCORES``).
 """
 
 from __future__ import annotations
@@ -39,16 +34,15 @@ from curate import schema as S
 from curate.embed import EmbedConfig, encoder_key
 from curate.progress import bar
 from curate.score import forecast
-from curate.score.des import (  # noqa: F401  (re-exported: the curriculum builds DES at t > 0 from these)
+from curate.score.des import (
     DesConfig,
-    PoolStats,
+    constant_terms,
     coscale_pool_expr,
     des_exprs,
     des_weights,
-    gaussian_score,
     pool_stats,
+    reduced_note,
     time_weight,
-    update_des_weights,
 )
 from curate.score.evidence import (
     ALL_EQUAL,
@@ -70,7 +64,7 @@ EXTRA_COLUMNS = (S.N_SAMPLES, S.N_CORRECT, S.ALPHA, S.BETA, S.PRIOR_PASS_RATE, S
 class ScoreConfig:
     """Settings of ``curate score`` (recipe key ``score:``).
 
-    evidence: which ledger model and reward scale (``curate.evidence.EvidenceConfig``).
+    evidence: which ledger model and reward scale (``curate.score.evidence.EvidenceConfig``).
     pseudo_count: k, the prior's weight in rollouts. min_evidence: rollouts a problem needs to train the prior.
     prior_min_problems: problems with rollouts the learned prior needs, with both right and wrong answers among
     them; with less, rollouts do not train it (a dozen all-failed problems would mark a whole pool unsolvable) and
@@ -91,7 +85,7 @@ class ScoreConfig:
 
     run: str = "default"
     evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
-    seed: int | None = None
+    seed: int = 0
     pseudo_count: float = 8.0
     min_evidence: int = 4
     prior_min_problems: int = 30
@@ -240,14 +234,14 @@ def subject_features(problems: pl.DataFrame, min_count: int = 5, max_subjects: i
 def score_frame(
     problems: pl.DataFrame,
     cfg: ScoreConfig,
-    seed: int,
     *,
     evidence: pl.DataFrame | None = None,
     embeddings: np.ndarray | None = None,
     filters: pl.DataFrame | None = None,
     step: Callable[[str], None] | None = None,
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """Score the train rows of ``problems`` (``embeddings`` aligned with its rows); returns (scores, report).
+    """Score the train rows of ``problems`` (``embeddings`` aligned with its rows; seeded by ``cfg.seed``);
+    returns (scores, report).
 
     ``evidence`` is ``ledger_evidence`` / ``stats_evidence`` output, ``filters`` is schema.FILTERS. The result is
     sorted by problem_id and has the SCORES columns followed by ``EXTRA_COLUMNS``.
@@ -266,6 +260,7 @@ def score_frame(
     x, subjects = feature_matrix(df, emb), subject_features(df)
     if subjects.shape[1]:  # the pool carries subjects: a difficulty signal the learned prior can use
         x = np.hstack([x, subjects])
+    seed = cfg.seed
     step("difficulty prior")
     df, prior_report = _difficulty(df, x, cfg, seed)
     step("CoT complexity")
@@ -308,28 +303,12 @@ def score_frame(
     return out, report
 
 
-DES_TERMS = (("difficulty", S.DES_D), ("CoT length", S.DES_C), ("reward", S.DES_R))
-
-
-def constant_terms(scores: pl.DataFrame, tol: float = 1e-9) -> list[str]:
-    """The DES terms that take one value over the scored problems (they carry no ranking signal there)."""
-    if scores.height < 2:
-        return []
-    return [name for name, col in DES_TERMS if float(scores[col].max() - scores[col].min()) <= tol]
-
-
 def des_warnings(scores: pl.DataFrame) -> list[str]:
-    """What DES is reduced to when some of its terms are constant, and why (issue 11: without rollouts or
-    difficulty labels, pass rate, difficulty and reward are the same for every problem and DES ranks by length)."""
-    constant = constant_terms(scores)
-    if not constant:
+    """What DES is reduced to when some of its terms are constant, and why (``des.reduced_note``), with the pass
+    rate's reason when it is the same for every problem."""
+    text = reduced_note(scores)
+    if text is None:
         return []
-    varying = [name for name, _ in DES_TERMS if name not in constant]
-    text = f"DES terms {', '.join(constant)} are constant over the pool, so DES ranks by {' and '.join(varying)} alone"
-    if not varying:
-        text = "every DES term is constant over the pool: DES does not rank the problems at all"
-    if "CoT length" in varying and (scores[S.COT_SOURCE] == "prompt").all():
-        text += " (with no solutions and no rollouts the CoT length is the prompt length)"
     p = scores[S.PASS_RATE]
     if scores.height > 1 and float(p.max() - p.min()) <= 1e-9:
         text += (
@@ -499,18 +478,17 @@ def summarize(scores: pl.DataFrame, report: dict[str, Any], *, filters_present: 
 # --------------------------------------------------------------------------------------------------- I/O wrapper
 @io.pool_locked
 def score_pool(
-    ws: io.Workspace, pool: str, cfg: ScoreConfig, *, seed: int = 0, force: bool = False, progress: bool = True
+    ws: io.Workspace, pool: str, cfg: ScoreConfig, *, force: bool = False, progress: bool = True
 ) -> StageResult:
-    """Read the pool's tables, score, write ``scores.parquet`` through ``run_wrapped`` (skipped when inputs,
-    config and code are unchanged). ``cfg.seed``, when set, wins over ``seed``. Holds the pool's lock, so the
-    tables it reads and writes do not change under it."""
+    """Read the pool's tables, score with ``cfg`` (its ``seed`` too), write ``scores.parquet`` through
+    ``run_wrapped`` (skipped when inputs, config and code are unchanged). Holds the pool's lock, so the tables it
+    reads and writes do not change under it."""
     from curate.rollout.ledger import files as ledger_files
 
-    seed = seed if cfg.seed is None else cfg.seed
     problems_path = ws.require_pool(pool)
     out = ws.table(pool, "scores")
     stats_path, filters_path = ws.table(pool, "stats"), ws.table(pool, "filters")
-    conf = asdict(cfg) | {"seed": seed, "pool": pool}
+    conf = asdict(cfg) | {"pool": pool}
     if cfg.use_embeddings:  # the concrete encoder (``default`` is an alias): its clusters differ from another's
         conf["encoder_key"] = encoder_key(cfg.embed)
 
@@ -531,7 +509,7 @@ def score_pool(
         )
         with bar(4, "scoring", enabled=progress, unit="steps") as advance:
             scores, report = score_frame(
-                train, cfg, seed, evidence=evidence, embeddings=embeddings, filters=filters,
+                train, cfg, evidence=evidence, embeddings=embeddings, filters=filters,
                 step=lambda name: advance(1, description=f"scoring: {name}"),
             )  # fmt: skip
         summary = summarize(scores, report, filters_present=filters is not None) | {"evidence": evidence_from}

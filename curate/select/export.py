@@ -35,11 +35,12 @@ from curate import io, prompts
 from curate import schema as S
 from curate.cards import fmt, size_category
 from curate.manifest import Manifest, write_manifest
+from curate.score import des
 
 
 PROMPT = "prompt"
 # Columns kept after schema.SELECTIONS in selection.parquet, when present.
-EXTRA_COLUMNS = (S.SELECT_SCORE, S.DES_D, S.DES_C, S.DES_R, S.DIFFICULTY_SCORE, S.COT_LENGTH, S.COSCALE_POOL)
+EXTRA_COLUMNS = (S.SELECT_SCORE, *des.COLUMNS, S.DIFFICULTY_SCORE, S.COT_LENGTH, S.COSCALE_POOL)
 EXTRA_COLUMNS += (S.LEVEL, S.DIFFICULTY, S.SUBJECT)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 
 from curate import schema as S
+from curate.score import des
 
 
 HISTOGRAMS = (
@@ -108,7 +109,7 @@ def compare_histogram(
 
 def plot_notes(pool: pl.DataFrame) -> dict[str, str]:
     """A note per figure whose value carries no signal in this pool: a constant pass rate (no rollouts, no
-    difficulty labels), and DES reduced to some of its terms (``curate.score.stage.des_warnings``)."""
+    difficulty labels), and DES reduced to some of its terms (``curate.score.des.reduced_note``)."""
     notes = {}
     if S.PASS_RATE in pool.columns and pool[S.PASS_RATE].drop_nulls().n_unique() == 1:
         p = float(pool[S.PASS_RATE].drop_nulls()[0])
@@ -116,16 +117,9 @@ def plot_notes(pool: pl.DataFrame) -> dict[str, str]:
             f"Every problem has the pass rate {p:.2f}: no rollouts and no difficulty labels, so this plot and DES's "
             "difficulty and reward terms carry no information."
         )
-    terms = {"difficulty": S.DES_D, "CoT length": S.DES_C, "reward": S.DES_R}
-    if all(c in pool.columns for c in terms.values()) and pool.height > 1:
-        constant = [n for n, c in terms.items() if pool[c].drop_nulls().n_unique() <= 1]
-        varying = [n for n in terms if n not in constant]
-        if constant and varying:
-            notes[S.DES] = (
-                f"DES terms {', '.join(constant)} are constant here: DES ranks by {' and '.join(varying)} alone."
-            )
-            if "CoT length" in varying and S.COT_SOURCE in pool.columns and (pool[S.COT_SOURCE] == "prompt").all():
-                notes[S.DES] += " With no solutions and no rollouts, that is the prompt length."
+    reduced = des.reduced_note(pool)
+    if reduced is not None:
+        notes[S.DES] = reduced[0].upper() + reduced[1:] + "."
     return notes
 
 

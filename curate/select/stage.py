@@ -1,7 +1,8 @@
 """Stage ``select``: filter the pool, then draw a diverse, DES-weighted, seeded subset (``curate select``).
 
 Reads ``problems.parquet``, ``scores.parquet`` and ``filters.parquet`` when present, and optionally an external
-scores file joined by problem text (LIMR's ``scores.json``); writes ``selections/<name>/`` (see ``curate.export``).
+scores file joined by problem text (LIMR's ``scores.json``); writes ``selections/<name>/`` (see
+``curate.select.export``).
 
 1. Filters, in this order, each row dropped once with the first reason that applies: split_test (evaluation
    sets are never selected), other_source (not one of ``sources``, when given), contaminated, duplicate
@@ -34,6 +35,7 @@ from curate import schema as S
 from curate.embed import EmbedConfig, encoder_key
 from curate.errors import ConfigError, InputError, MissingInput
 from curate.manifest import Manifest, read_manifest
+from curate.score import des
 from curate.stage_wrapper import StageOutput, StageResult, run_wrapped
 
 
@@ -85,7 +87,7 @@ class SelectConfig:
     name: str | None = None
     sources: tuple[str, ...] | None = None
     size: int | None = None
-    seed: int | None = None
+    seed: int = 0
     by: str = "des"
     min_value: float | None = None
     max_value: float | None = None
@@ -195,10 +197,9 @@ def gumbel_noise(ids: Sequence[str], seed: int) -> np.ndarray:
     return -np.log(-np.log(u))
 
 
-def select_frame(
-    candidates: pl.DataFrame, cfg: SelectConfig, seed: int
-) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
-    """Filter, apportion and sample. Returns (selection, drops [problem_id, drop_reason], report).
+def select_frame(candidates: pl.DataFrame, cfg: SelectConfig) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
+    """Filter, apportion and sample (seeded by ``cfg.seed``). Returns (selection, drops [problem_id, drop_reason],
+    report).
 
     ``candidates`` needs problem_id, split, contaminated, duplicate_of, prompt_chars, zero_variance, solved,
     cluster and the ``by`` column (see ``build_candidates``). The selection keeps every candidate column plus
@@ -223,7 +224,7 @@ def select_frame(
     sampled = 0 < size < eligible.height
     weight = sign * pl.col(S.SELECT_SCORE)
     if sampled and (cfg.temperature > 0 or column == RANDOM):
-        noise = pl.Series(_KEY, gumbel_noise(eligible[S.PROBLEM_ID].to_list(), seed))
+        noise = pl.Series(_KEY, gumbel_noise(eligible[S.PROBLEM_ID].to_list(), cfg.seed))
         scaled = weight / cfg.temperature if cfg.temperature > 0 else pl.lit(0.0)  # random at T = 0: noise alone
         eligible = eligible.with_columns((scaled + noise).alias(_KEY))
     else:
@@ -341,20 +342,18 @@ def select_pool(
     cfg: SelectConfig,
     *,
     name: str,
-    seed: int = 0,
     force: bool = False,
     progress: bool = True,
 ) -> StageResult:
-    """Read the pool, select, and write ``selections/<name>/`` through ``run_wrapped`` (skipped when inputs,
-    config and code match its manifest). ``cfg.seed``, when set, wins over ``seed``."""
+    """Read the pool, select with ``cfg`` (its ``seed`` too), and write ``selections/<name>/`` through
+    ``run_wrapped`` (skipped when inputs, config and code match its manifest)."""
     from curate.select import export
 
-    seed = seed if cfg.seed is None else cfg.seed
     problems_path = ws.require_pool(pool)
     scores_path, filters_path = ws.table(pool, "scores"), ws.table(pool, "filters")
     paths = [problems_path, scores_path, filters_path] + ([Path(cfg.scores_file)] if cfg.scores_file else [])
     out = ws.selection_dir(name)
-    conf = asdict(cfg) | {"seed": seed, "pool": pool, "name": name}
+    conf = asdict(cfg) | {"pool": pool, "name": name}
     if (cfg.clusters or 0) > 1:  # re-clusters over embeddings: record the concrete encoder
         conf["encoder_key"] = encoder_key(cfg.embed)
 
@@ -372,8 +371,8 @@ def select_pool(
             )
         candidates = build_candidates(problems, scores, filters, external)
         if cfg.clusters is not None:
-            candidates = _recluster(ws, candidates, cfg, seed, progress)
-        selection, drops, report = select_frame(candidates, cfg, seed)
+            candidates = _recluster(ws, candidates, cfg, progress)
+        selection, drops, report = select_frame(candidates, cfg)
         summary = {
             "selection": name,
             "path": str(out),
@@ -381,7 +380,7 @@ def select_pool(
             **report,
             "by": cfg.by,
             "temperature": cfg.temperature,
-            "seed": seed,
+            "seed": cfg.seed,
             "sources": dict(selection.group_by(S.SOURCE).len().sort(S.SOURCE).iter_rows()),
             "zero_variance_forecast": waste_forecast(candidates, selection, cfg),
             "warnings": _warnings(scores, filters, cfg, report) + score_warnings(read_manifest(scores_path), cfg),
@@ -409,16 +408,14 @@ def select_pool(
         return run_wrapped(ws, "select", inputs=paths, config=conf, outputs=[out], fn=work, force=force)
 
 
-def _recluster(
-    ws: io.Workspace, candidates: pl.DataFrame, cfg: SelectConfig, seed: int, progress: bool
-) -> pl.DataFrame:
+def _recluster(ws: io.Workspace, candidates: pl.DataFrame, cfg: SelectConfig, progress: bool) -> pl.DataFrame:
     """Replace ``cluster``: k-means with ``cfg.clusters`` over the train rows' embeddings (0/1: one cluster)."""
     if (cfg.clusters or 0) <= 1:
         return candidates.with_columns(pl.lit(0, pl.Int32).alias(S.CLUSTER))
     from curate import cluster
 
     train = candidates.filter(~pl.col(S.SPLIT).is_in(S.HELDOUT_SPLITS)).sort(S.PROBLEM_ID)
-    labels = cluster.kmeans_clusters(cluster.embed_pool(ws, train, cfg.embed, progress), cfg.clusters, seed)
+    labels = cluster.kmeans_clusters(cluster.embed_pool(ws, train, cfg.embed, progress), cfg.clusters, cfg.seed)
     fresh = pl.DataFrame({S.PROBLEM_ID: train[S.PROBLEM_ID], S.CLUSTER: pl.Series(labels, dtype=pl.Int32)})
     return (
         candidates.drop(S.CLUSTER)
@@ -453,7 +450,7 @@ def score_warnings(score_manifest: dict[str, Any] | None, cfg: SelectConfig) -> 
     return list((score_manifest.get("extra") or {}).get("warnings") or [])
 
 
-SCORE_DRIVEN = (S.DES, S.PASS_RATE, S.DIFFICULTY_SCORE, S.DES_D, S.DES_C, S.DES_R, S.PRIOR_PASS_RATE)
+SCORE_DRIVEN = (S.DES, S.PASS_RATE, S.DIFFICULTY_SCORE, *des.COLUMNS, S.PRIOR_PASS_RATE)
 
 
 def selection_name(cfg: SelectConfig, recipe: config.Recipe) -> str:

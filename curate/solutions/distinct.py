@@ -43,6 +43,8 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from curate.verify.answers import ANSWER_IS, ANSWER_LINE
+
 
 DEFAULT_NGRAM = 3
 DEFAULT_THRESHOLD = 0.4
@@ -53,8 +55,6 @@ _TIMES = re.compile(r"\\times|\\cdot|×|·")
 _WS = re.compile(r"\s+")
 _WORD = re.compile(r"[a-z]+|\d+(?:\.\d+)?|[=+\-*/^<>%]")
 _COUNTED = re.compile(r"[A-Za-z]+|\d+")
-_ANSWER_LINE = re.compile(r"(?im)^[ \t*#]*(?:final\s+answer|answer|a)[ \t*]*[:：]")
-_ANSWER_IS = re.compile(r"(?i)\banswer\s+is\b")
 
 
 def normalize(text: str) -> str:
@@ -102,17 +102,18 @@ def similarity(a: str, b: str, n: int = DEFAULT_NGRAM) -> float:
 
 def answer_position(text: str) -> int:
     r"""Where the final answer starts: the last ``\boxed``, else ``####``, else an ``Answer:`` line, else
-    ``answer is``; the end of the text when none is present."""
+    ``answer is`` (the checker's rules, ``curate.verify.answers.ANSWER_LINE`` / ``ANSWER_IS``); the end of the text
+    when none is present."""
     pos = text.rfind("\\boxed")
     if pos >= 0:
         return pos
     pos = text.rfind("####")
     if pos >= 0:
         return pos
-    lines = list(_ANSWER_LINE.finditer(text))
+    lines = list(ANSWER_LINE.finditer(text))
     if lines:
         return lines[-1].start()
-    said = list(_ANSWER_IS.finditer(text))
+    said = list(ANSWER_IS.finditer(text))
     return said[-1].start() if said else len(text)
 
 

@@ -32,6 +32,11 @@ PLAIN_NUMBER = re.compile(r"^[-+]?\d+(\.\d+)?$")
 _WS = re.compile(r"\s+")
 _MONEY = re.compile(r"^\\?\$\s?-?[\d,]*\.?\d+$")
 _MULTI_DOLLAR = re.compile(r"\$[^$]*\$(\s*,\s*\$[^$]*\$)+")
+# The one rule for an answer written out in words (the checker extracts group 1; ``curate.solutions.distinct`` finds
+# where the answer starts): a line "Answer: ..." / "Final answer: ..." in any case, or "A: ..." with a capital A
+# (GSM8K's solution files; a lowercase "a:" is usually a variable), and "the answer is ...".
+ANSWER_LINE = re.compile(r"(?m)^[ \t*#]*(?:(?i:final\s+answer|answer)|A)[ \t*]*[:：][ \t*]*([^\n]{1,300})")
+ANSWER_IS = re.compile(r"(?i)\banswer\s+is\s*[:：]?\s*([^\n]{1,300})")
 
 
 def find_boxed(text: str, limit: int = MAX_SCAN) -> list[str]:

@@ -49,7 +49,7 @@ from typing import Any
 
 from curate import config as config_mod
 from curate.verify import fastpath
-from curate.verify.answers import find_boxed, normalize_answer
+from curate.verify.answers import ANSWER_IS, ANSWER_LINE, find_boxed, normalize_answer
 
 
 # --------------------------------------------------------------------------------------------------- config
@@ -110,8 +110,6 @@ def reward_of(v: Verdict, cfg: VerifyConfig = DEFAULT) -> float:
 
 # --------------------------------------------------------------------------------------------------- extraction
 _HASH = re.compile(r"####[ \t]*([-+$\\(.\d][^\n]{0,300})")  # "#### 42", not a markdown "#### Step 1"
-_ANSWER_LINE = re.compile(r"(?m)^[ \t*#]*(?:(?i:final\s+answer|answer)|A)[ \t*]*[:：][ \t*]*([^\n]{1,300})")
-_ANSWER_IS = re.compile(r"(?i)\banswer\s+is\s*[:：]?\s*([^\n]{1,300})")
 _SENTENCE_END = re.compile(r"\.(?:\s|$)|\s+(?:because|since|so|which|as)\b")
 # A number followed by unit words ("18 dollars", "$5 each"): the number.
 _NUMBER_WORDS = re.compile(r"^\\?\$?\s*([-+]?\d[\d,]*(?:\.\d+)?)\s*(?:(?!pi\b)[A-Za-z]{2,}[A-Za-z .]*)?$")
@@ -182,8 +180,8 @@ def extract_answer(completion: str, cfg: VerifyConfig = DEFAULT, prompt: str | N
     found: list[tuple[int, str, str]] = []
     for on, pattern, how in (
         (cfg.gsm8k_hash, _HASH, "hash"),
-        (cfg.answer_line, _ANSWER_LINE, "answer_line"),
-        (cfg.answer_is, _ANSWER_IS, "answer_is"),
+        (cfg.answer_line, ANSWER_LINE, "answer_line"),
+        (cfg.answer_is, ANSWER_IS, "answer_is"),
     ):
         if on:
             hits = list(pattern.finditer(text))

@@ -19,8 +19,9 @@ from polars.testing import assert_frame_equal
 
 from curate import cli, config
 from curate.io import Workspace
+from curate.pipeline import planned_stages
 from flows import artifacts
-from flows.curation import curate_dataset, planned_stages, touches_outside
+from flows.curation import curate_dataset, touches_outside
 
 
 PNG_1PX = base64.b64decode(

@@ -94,6 +94,20 @@ def test_prefect_yaml_and_flows_serve_declare_the_same_training_deployments():
 
 
 @pytest.mark.slow
+def test_the_flow_reads_and_validates_each_recipe_file_once(prefect_harness, tmp_path, monkeypatch):
+    """``train-chain`` loads the training recipe and its curate recipe once and hands the typed curate recipe to the
+    ``curate-dataset`` subflow and its tasks (issue 31.6: the subflow read the file again, and each task again)."""
+    from flows.training import train_chain
+    from tests.training.test_runner import count_recipe_reads
+
+    recipe = write_tiny_chain(tmp_path)
+    reads, checks = count_recipe_reads(monkeypatch)
+    out = train_chain(recipe_path=str(recipe), home=str(tmp_path / "ws"), part="curation")
+    assert out["part"] == "curation" and (tmp_path / "ws" / "solutions" / "t" / "sft.parquet").is_file()
+    assert reads == {"train.yaml": 1, "curate.yaml": 1} and checks == {"t": 1}
+
+
+@pytest.mark.slow
 def test_a_failed_step_fails_the_run_and_publishes_what_finished(server, tmp_path):  # noqa: F811
     """A starting model that cannot be loaded (offline hub id): the sft task fails, the flow run fails with its
     error, the chain summary artifact says so, and nothing is recorded as done for the step (a re-run starts at
@@ -152,13 +166,7 @@ def test_chain_deploys_resumes_after_a_killed_worker_publishes_artifacts_and_han
 
     url, stack = server
     prefect = str(BIN / "prefect")
-    for pool in (POOL, GPU_POOL):
-        made = stack.run([prefect, "work-pool", "create", pool, "--type", "process"], timeout=patience(120))
-        assert made.returncode == 0 or "already exists" in made.stdout + made.stderr, made.stdout + made.stderr
-    deployed = stack.run(
-        [prefect, "--no-prompt", "deploy", "--all"], timeout=patience(240), cwd=REPO, extra_env={"PWD": str(REPO)}
-    )
-    assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+    _deploy_all(stack, prefect)  # phase 1
 
     home = tmp_path / "ws"
     run_dir, params = home / "runs" / "chain", {"recipe_path": str(write_recipes(tmp_path)), "home": str(home)}
@@ -212,28 +220,7 @@ def test_chain_deploys_resumes_after_a_killed_worker_publishes_artifacts_and_han
         tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[second.id])))
         task_names = {t.name for t in tasks}
 
-    rl1 = json.loads((stage1 / "summary.json").read_text())
-    assert rl1["resumed_from"] and Path(rl1["resumed_from"]).name.startswith("checkpoint-")
-    chain = json.loads((run_dir / "chain.json").read_text())
-    assert [s["step"] for s in chain["steps"]] == ["init", "sft", "rl:stage1", "rl:stage2"]
-    from curate import io
-    from curate.rollout import ledger as rollout_ledger
-
-    ledger = rollout_ledger.read(io.Workspace(home), "t", rl1["ledger"]["model"])  # the run's own ledger name
-    assert rl1["ledger"]["model"].startswith(f"{run_dir.name}-") and rl1["ledger"]["model"].endswith("-01-stage1")
-    assert ledger.height == STAGE1_STEPS * 2 * 2  # steps x 2 prompts x 2 generations: resumed steps rewrote parts
-    assert ledger.select("problem_id", "sample_idx").is_duplicated().sum() == 0
-    summary = json.loads((run_dir / "summary.json").read_text())
-    model = Path(summary["final_model"])
-    assert model == run_dir / "rl" / "02-stage2" / "final" and (model / "config.json").is_file()
-    lineage = json.loads((model / "lineage.json").read_text())
-    assert lineage["data"]["selection"].endswith("selections/t/selection.parquet")
-    assert lineage["data"]["curriculum"] == str(run_dir / "data" / "curriculum")  # the run's own copy
-    assert lineage["data"]["data"]["sources"]["curriculum"].endswith("curricula/t")
-    assert lineage["data"]["solutions"] == str(run_dir / "data" / "sft.parquet")
-    assert lineage["data"]["data"]["sources"]["sft"].endswith("solutions/t/sft.parquet")
-    assert lineage["data"]["recipe"] == str(run_dir / "recipe.json") and lineage["code"]["curate_rl"]
-    assert "selections/t/selection.parquet" in (model / "README.md").read_text()
+    _check_resumed_chain(home, run_dir)
     assert {"chain-chain", "chain-lineage", "chain-solutions", "chain-training", "chain-eval"} <= keys
     # Curation ran as a subflow of the first run (its summary artifact is keyed by the curate recipe's name "t"); the
     # resumed run did not curate again: the run's data is pinned once training has started.
@@ -250,3 +237,41 @@ def test_chain_deploys_resumes_after_a_killed_worker_publishes_artifacts_and_han
         [child] = client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[gpu.id])))
     assert child.state.is_completed() and child.work_pool_name == GPU_POOL
     assert child.parameters["part"] == "training" and child.parameters["recipe_path"] == params["recipe_path"]
+
+
+def _deploy_all(stack, prefect: str) -> None:
+    """Phase 1: the two process work pools, then ``prefect --no-prompt deploy --all`` of ``prefect.yaml``."""
+    for pool in (POOL, GPU_POOL):
+        made = stack.run([prefect, "work-pool", "create", pool, "--type", "process"], timeout=patience(120))
+        assert made.returncode == 0 or "already exists" in made.stdout + made.stderr, made.stdout + made.stderr
+    deployed = stack.run(
+        [prefect, "--no-prompt", "deploy", "--all"], timeout=patience(240), cwd=REPO, extra_env={"PWD": str(REPO)}
+    )
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+
+
+def _check_resumed_chain(home: Path, run_dir: Path) -> None:
+    """Phase 3's run folder: stage 1 resumed from a checkpoint, every step done, each training rollout once in the
+    run's own ledger, and the final model's card naming its selection, curriculum, solutions and recipe."""
+    from curate import io
+    from curate.rollout import ledger as rollout_ledger
+
+    rl1 = json.loads((run_dir / "rl" / "01-stage1" / "summary.json").read_text())
+    assert rl1["resumed_from"] and Path(rl1["resumed_from"]).name.startswith("checkpoint-")
+    chain = json.loads((run_dir / "chain.json").read_text())
+    assert [s["step"] for s in chain["steps"]] == ["init", "sft", "rl:stage1", "rl:stage2"]
+    ledger = rollout_ledger.read(io.Workspace(home), "t", rl1["ledger"]["model"])  # the run's own ledger name
+    assert rl1["ledger"]["model"].startswith(f"{run_dir.name}-") and rl1["ledger"]["model"].endswith("-01-stage1")
+    assert ledger.height == STAGE1_STEPS * 2 * 2  # steps x 2 prompts x 2 generations: resumed steps rewrote parts
+    assert ledger.select("problem_id", "sample_idx").is_duplicated().sum() == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    model = Path(summary["final_model"])
+    assert model == run_dir / "rl" / "02-stage2" / "final" and (model / "config.json").is_file()
+    lineage = json.loads((model / "lineage.json").read_text())
+    assert lineage["data"]["selection"].endswith("selections/t/selection.parquet")
+    assert lineage["data"]["curriculum"] == str(run_dir / "data" / "curriculum")  # the run's own copy
+    assert lineage["data"]["data"]["sources"]["curriculum"].endswith("curricula/t")
+    assert lineage["data"]["solutions"] == str(run_dir / "data" / "sft.parquet")
+    assert lineage["data"]["data"]["sources"]["sft"].endswith("solutions/t/sft.parquet")
+    assert lineage["data"]["recipe"] == str(run_dir / "recipe.json") and lineage["code"]["curate_rl"]
+    assert "selections/t/selection.parquet" in (model / "README.md").read_text()

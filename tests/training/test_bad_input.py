@@ -111,6 +111,32 @@ def test_training_run_checks_its_model_folder_before_curation(tmp_path, capsys):
     assert not (tmp_path / "ws" / "pools").exists()  # nothing curated: the model is checked first
 
 
+def test_every_verb_fails_through_run_app_alone(tmp_path, capsys):
+    """One home for error printing (issue 31.2): no verb catches its own errors; each user error is a ``CurateError``
+    that ``curate.console.run_app`` prints as one line with exit 2."""
+    import inspect
+
+    import training.cli
+    from curate import io
+
+    assert "except " not in inspect.getsource(training.cli)  # no `except X:` of its own
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    io.write_parquet(pl.DataFrame({"problem_id": ["a"], "problem": ["1+1"], "answer": ["2"], "split": ["train"]}),
+                     tmp_path / "ws" / "pools" / "p" / "problems.parquet")  # fmt: skip
+    (tmp_path / "one.csv").write_text("compute,pass_at_1\n1,0.5\n")
+    cases = {
+        ("init-tiny", str(tmp_path / "t"), "--size", "huge"): "tiny.size: unknown tiny model size 'huge'",
+        ("merge", str(model), str(model), "--weights", "0.5,x", "--out", str(tmp_path / "o")): "merge.weights[1]",
+        ("eval", str(model), "--pool", "p", "--home", str(tmp_path / "ws")): "pool 'p' has no 'test' problems",
+        ("fit", str(tmp_path / "one.csv"), "--no-plot"): "need at least 2 (compute, pass rate) points",
+    }
+    for args, message in cases.items():
+        assert main(list(args)) == 2
+        assert message in _one_line(capsys), args
+
+
 def test_training_run_recipe_errors_before_any_work(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: r\npool: p\nrl: {learning_rate: 1e-4\n")  # unclosed mapping
@@ -123,6 +149,33 @@ def test_training_run_recipe_errors_before_any_work(tmp_path, capsys):
         assert main(["run", "--recipe", str(good), "--home", str(tmp_path / "ws"), "--set", key]) == 2
         assert _one_line(capsys).startswith("error:")
     assert not (tmp_path / "ws" / "runs").exists()  # nothing was written: the recipe failed before any work
+
+
+def test_what_failed_after_curation_sft_and_measure_fails_at_load_naming_the_key(tmp_path, capsys, monkeypatch):
+    """Issues 30.6 and 31.1 on the demo's recipe (its curriculum is built by ``measure``, after SFT): a misspelled
+    stage under ``stages:`` or in ``only_stages``, a tracker that is not installed, and ``eval.every`` that is not a
+    multiple of ``rl.num_iterations`` each failed minutes in (after curation, SFT and measure, or inside the first RL
+    step's process); now each is one line naming the key, before any work."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if "tensorboard" in name else real(name))
+    recipe = "training/recipes/tiny/fastcurl.yaml"
+    cases = {
+        ("stages.stage5.max_steps=1",): "unknown key 'stage5' (did you mean 'stage4'?) in stages (the stages of",
+        ("only_stages=[stage1, stag2]",): "only_stages: 'stag2' (did you mean 'stage2'?) is not a stage of",
+        ("rl.report_to=tensorboard",): "rl.report_to: tensorboard is not installed: pip install -e '.[trackers]'",
+        ("sft.report_to=tensorbord",): "sft.report_to: unknown tracker 'tensorbord' (did you mean 'tensorboard'?)",
+        ("stages.stage2.report_to=tensorboard",): "stages.stage2.report_to: tensorboard is not installed",
+        ("eval.every=5", "rl.num_iterations=2"): "eval.every (5) must be a multiple of rl.num_iterations (2)",
+        ("eval.every=4", "stages.stage3.num_iterations=3"): "eval.every (4) must be a multiple of "
+        "stages.stage3.num_iterations (3)",
+    }
+    for sets, message in cases.items():
+        args = ["run", "--recipe", recipe, "--home", str(tmp_path / "ws")]
+        assert main([*args, *(a for s in sets for a in ("--set", s))]) == 2
+        assert message in _one_line(capsys), sets
+    assert not (tmp_path / "ws").exists()  # before any work
 
 
 def test_the_multi_gpu_recipe_without_deepspeed_says_which_extra_to_install(tmp_path, capsys, monkeypatch):

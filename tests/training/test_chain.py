@@ -18,7 +18,7 @@ import pytest
 
 from curate.errors import InputError, LockTimeout
 from tests.processes import alive, wait_for
-from training.chain import StepFailed, open_run, run_lock, run_step
+from training.chain import HARMLESS, StepFailed, open_run, run_lock, run_step
 from training.recipe import recipe_from_mapping
 
 
@@ -37,6 +37,20 @@ def test_a_changed_recipe_on_a_finished_run_is_refused_and_its_records_stay(tmp_
     # the same recipe (or one that differs only in placement, like `launch`) reopens the folder
     again = open_run(recipe_from_mapping({**RECIPE, "launch": ["accelerate", "launch"]}), home=tmp_path)
     assert again.run_dir == run.run_dir and (run.run_dir / "recipe.json").read_text() == before
+    # so does one that differs in any setting of speed or placement (fields marked ``curate.config.placement``)
+    placement = {"eval": {"threads": 1, "device": "cpu"}, "launch": ["accelerate", "launch"], "home": str(tmp_path)}
+    assert open_run(recipe_from_mapping({**RECIPE, **placement}), home=tmp_path).run_dir == run.run_dir
+    assert sorted(HARMLESS) == [
+        "eval.device",
+        "eval.threads",
+        "home",
+        "launch",
+        "redistill.sft.report_to",
+        "redistill.sft.torch_threads",
+        "rl.report_to",
+        "sft.report_to",
+        "sft.torch_threads",
+    ]
     # the README's three seeds: each in its own folder
     other = open_run(recipe_from_mapping({**RECIPE, "seed": 1}), home=tmp_path, out=tmp_path / "runs" / "seed1")
     assert json.loads((other.run_dir / "recipe.json").read_text())["seed"] == 1

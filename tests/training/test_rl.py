@@ -72,7 +72,7 @@ def test_cispo_gets_an_explicit_cap_and_bad_keys_fail_at_config_time(tmp_path):
         load_rl_config(None, ["learning_rat=1e-6"])
     with pytest.raises(ConfigError, match="unknown key"):
         load_rl_config(None, ["sampler.zero_variance_skp=true"])
-    with pytest.raises(ConfigError, match="multiple of num_iterations"):
+    with pytest.raises(ConfigError, match=r"multiple of rl\.num_iterations"):
         load_rl_config(None, ["num_iterations=2", "save_steps=3"])
     recipe = tmp_path / "rl.yaml"
     recipe.write_text("rl:\n  learning_rate: 1e-6\n  policy: scalingrl\n  sampler: {size: 64}\n")

@@ -128,10 +128,10 @@ def test_a_damaged_final_model_is_not_a_finished_run(tmp_path, capsys):
 
 
 def test_claim_refuses_a_folder_of_another_run(tmp_path):
-    assert rf.claim(tmp_path, "config.json", {"a": 1}) is False
-    assert rf.claim(tmp_path, "config.json", {"a": 1}) is True
+    assert rf.bind(tmp_path, "config.json", {"a": 1}) is False
+    assert rf.bind(tmp_path, "config.json", {"a": 1}) is True
     with pytest.raises(InputError, match="another config"):
-        rf.claim(tmp_path, "config.json", {"a": 2})
+        rf.bind(tmp_path, "config.json", {"a": 2})
 
 
 def test_private_weights_get_the_umask_mode(tmp_path):

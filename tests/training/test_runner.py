@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import polars as pl
@@ -42,12 +43,12 @@ def test_plan_stages_follow_the_plan_scaled_and_overridden_in_order():
         "02-stage2",
     ]
     one, two = (s.rl for s in stages)
-    assert (one["max_completion_length"], two["max_completion_length"]) == (64, 128)  # context grows as planned
-    assert (one["num_generations"], two["num_generations"]) == (8, 8)  # capped
-    assert one["prompts_per_step"] == 4 and one["max_steps"] == 16 and two["max_steps"] == 3  # stage override wins
-    assert one["beta"] == pytest.approx(1e-3) and two["beta"] == 0.0  # KL off where the plan turns it off
-    assert one["learning_rate"] == 1e-4  # lr not in fields: the recipe's, not the 1.5B plan's
-    assert one["epsilon_high"] == 5.0  # cispo's explicit cap
+    assert (one.max_completion_length, two.max_completion_length) == (64, 128)  # context grows as planned
+    assert (one.num_generations, two.num_generations) == (8, 8)  # capped
+    assert one.prompts_per_step == 4 and one.max_steps == 16 and two.max_steps == 3  # stage override wins
+    assert one.beta == pytest.approx(1e-3) and two.beta == 0.0  # KL off where the plan turns it off
+    assert one.learning_rate == 1e-4  # lr not in fields: the recipe's, not the 1.5B plan's
+    assert one.epsilon_high == 5.0  # cispo's explicit cap
     assert stages[0].shard == Path("cur/stage1.parquet")
 
 
@@ -286,15 +287,42 @@ def test_coscale_iteration_remeasures_adds_sft_on_unsolvable_and_trains_rl_on_so
     assert again["decisions"] == summary["decisions"]
 
 
+def count_recipe_reads(monkeypatch) -> tuple[Counter, Counter]:
+    """(reads per recipe file, validations per curate recipe name) from here on: every YAML file read goes through
+    ``curate.config.read_yaml`` and every whole-recipe check through ``curate.pipeline.sections``."""
+    import training.recipe
+    from curate import config, pipeline
+
+    reads, checks = Counter(), Counter()
+    read_yaml, sections = config.read_yaml, pipeline.sections
+
+    def read(path, what="recipe"):
+        reads[Path(path).name] += 1
+        return read_yaml(path, what)
+
+    def check(recipe):
+        checks[recipe.name] += 1
+        return sections(recipe)
+
+    for module in (config, training.recipe):
+        monkeypatch.setattr(module, "read_yaml", read)
+    monkeypatch.setattr(pipeline, "sections", check)
+    return reads, checks
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # three chains (measured, an arm, SFT only): ~2.5 minutes alone, x4 at load 8 and more
-def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_curriculum(tmp_path, capfd):
+def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_curriculum(
+    tmp_path, monkeypatch, capfd
+):
     """``measure``: after SFT, curate rollout of the SFT model over the RL source only, score with those rollouts as
     the evidence, select and build the recipe's curriculum from them, pin it, and train RL on it; recorded in the
-    chain and the lineage, skipped on a re-run."""
+    chain and the lineage, skipped on a re-run. The whole ``training run`` reads and validates each recipe file
+    once (issue 31.6: the curate recipe was parsed again by curation, ``measure`` and each of its four stages)."""
     from curate import io
     from curate import schema as S
     from curate.rollout import ledger
+    from training.cli import main
     from training.runner import run_chain
 
     home = tmp_path / "ws"
@@ -305,10 +333,14 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
         measure={"rollout": {"n": 2, "max_tokens": 24, "sources": ["t/rl"]},
                  "select": {"sources": ["t/rl"], "size": 10, "drop_solved": False, "drop_zero_variance": False}},
     )  # fmt: skip
-    summary = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)
+    reads, checks = count_recipe_reads(monkeypatch)
+    assert main(["run", "--recipe", str(recipe_path), "--home", str(home), "--json"]) == 0
+    assert reads == {"train.yaml": 1, "curate.yaml": 1} and checks == {"t": 1}
+    printed = capfd.readouterr()
+    summary = json.loads(printed.out)
     run_dir = Path(summary["run_dir"])
     sft_model = str(run_dir / "sft" / "final")
-    err = capfd.readouterr().err  # the long steps print progress (issue 30.8): measure's rollout, each evaluation
+    err = printed.err  # the long steps print progress (issue 30.8): measure's rollout, each evaluation
     assert re.search(r"rollout runs/m/sft/final: \d+ samples in", err) and re.search(r"eval sft: 4 samples in", err)
     assert not (run_dir / "running.json").exists()  # the status file lives only while a step runs
     # the SFT model's ledger is named relative to the workspace, so a moved workspace keeps it (issue 30.10)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -164,7 +165,7 @@ def test_fit_run_writes_json_and_png_and_cli_prints_parameters(tmp_path, capsys)
 
 
 def test_plots_from_a_run_folder_tolerate_missing_columns(tmp_path):
-    from training.plots import plot_run, plot_training
+    from training.plots import plot_eval, plot_training
 
     run = tmp_path / "run"
     run.mkdir()
@@ -176,7 +177,8 @@ def test_plots_from_a_run_folder_tolerate_missing_columns(tmp_path):
     pl.DataFrame({"step": C.astype(int), "compute": C, "pass_at_1": R, "stderr": [0.01] * len(C)}).write_parquet(
         run / "eval.parquet"
     )
-    written = plot_run(run)
+    fit = fit_run(run, FitConfig(skip_frac=0.1))  # what ``training run`` draws (``runner.fit_and_plot``)
+    written = [plot_training(run), plot_eval(run), Path(fit["plot"])]
     assert [p.name for p in written] == ["training.png", "eval.png", "fit.png"]
     assert all(p.stat().st_size > 5_000 for p in written)
-    assert fit_run(run, FitConfig(skip_frac=0.1), plot=False)["fit"]["n_points"] == len(C)
+    assert fit["fit"]["n_points"] == len(C)

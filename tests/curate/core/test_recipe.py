@@ -164,7 +164,7 @@ def test_curate_run_and_the_flow_pick_the_same_root(tmp_path, monkeypatch):
 
     homes = []
     monkeypatch.setattr(curation, "get_run_logger", lambda: logging.getLogger("test"))
-    monkeypatch.setattr(curation, "_one_stage", lambda name, recipe, rp, ov, home, *a: homes.append(home) or {})
+    monkeypatch.setattr(curation, "_one_stage", lambda name, recipe, home, *a: homes.append(home) or {})
     monkeypatch.setattr(curation.artifacts, "publish", lambda report, ws: None)
     report = curation.curate_dataset.fn(recipe_path=str(path))  # the flow's body, without a Prefect run
     assert homes == [str(tmp_path / "env")] and report["home"] == str(tmp_path / "env")

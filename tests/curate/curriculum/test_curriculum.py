@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from curate import io, pipeline
+from curate import io, pipeline, prompts
 from curate import schema as S
 from curate.cli import main as cli_main
 from curate.config import ConfigError, recipe_from_mapping
@@ -22,6 +22,7 @@ from curate.curriculum.stage import (
     fastcurl_stages,
     prompt_length,
     split_by_prompt_length,
+    stage_names,
 )
 from curate.manifest import Manifest, write_manifest
 
@@ -119,6 +120,7 @@ def test_fastcurl_plan_on_a_pool(ws):
     folder = ws.curriculum_dir("fc")
     plan = json.loads((folder / "plan.json").read_text())
     assert [st["stage"] for st in plan["stages"]] == ["stage1", "stage2", "stage3", "stage4", "stage5"]
+    assert stage_names(CurriculumConfig(plan="fastcurl", preset="v2")) == [st["stage"] for st in plan["stages"]]
     first = plan["stages"][0]
     assert first["rows"] == s["split_counts"]["L1"] and first["max_response_length"] == 8192
     assert first["steps_per_epoch"] == math.ceil(first["rows"] / 128) and first["init_from"] == "base"
@@ -141,6 +143,13 @@ def test_shards_load_with_datasets_and_polars(ws):
     assert row["prompt"] == [{"role": "user", "content": row[S.PROBLEM] + S.INSTRUCTION_SUFFIX}]
     assert row["reward_model"] == {"ground_truth": row[S.ANSWER], "style": "rule"}
     assert row["extra_info"]["problem_id"] == row[S.PROBLEM_ID] and row["extra_info"]["index"] == 0
+    # the selection's verl.parquet layout (curate.prompts.verl_columns), every gold form included, plus the stage
+    assert row["extra_info"]["answer_alternatives"] == row[S.ANSWER_ALTERNATIVES]
+    assert row["extra_info"]["stage"] == "stage1" and row["extra_info"]["split"] == "train"
+    source = df.select(S.PROBLEM_ID, S.PROBLEM, S.ANSWER, S.ANSWER_ALTERNATIVES, pl.col("data_source").alias(S.SOURCE))
+    verl = prompts.verl_frame(source)
+    assert verl.drop("extra_info").rows() == df.select(verl.columns).drop("extra_info").rows()
+    assert verl["extra_info"].to_list() == [{k: v for k, v in e.items() if k != "stage"} for e in df["extra_info"]]
 
     from datasets import load_dataset
 
@@ -184,7 +193,8 @@ def test_bands_plan(ws):
     assert s["reconciles"] and s["rows_in"] == 70
     plan = json.loads((ws.curriculum_dir("b") / "plan.json").read_text())
     stages = {st["stage"]: st for st in plan["stages"]}
-    assert set(stages) <= {"p0.05-0.25", "p0.25-0.5", "p0.5-0.7"} and len(stages) == 3
+    assert list(stages) == stage_names(CurriculumConfig(plan="bands"))  # what a training recipe is checked against
+    assert list(stages) == ["p0.05-0.25", "p0.25-0.5", "p0.5-0.7"]
     assert stages["p0.05-0.25"]["n"] >= stages["p0.5-0.7"]["n"] >= 8
     assert all(st["parallel"] and st["lr"] / st["n"] == pytest.approx(1e-6 / 8) for st in stages.values())
     shard = io.read_parquet(ws.curriculum_dir("b") / "p0.25-0.5.parquet")
@@ -244,6 +254,7 @@ def test_scalingrl_plan_epochs(ws):
     folder = ws.curriculum_dir("s")
     plan = json.loads((folder / "plan.json").read_text())
     assert [st["rows"] for st in plan["stages"]] == [12] * 4
+    assert [st["stage"] for st in plan["stages"]] == stage_names(cfg) == ["epoch0", "epoch1", "epoch2", "epoch3"]
     assert plan["stages"][0]["fresh"] == 12 and plan["stages"][1]["fresh"] == 9  # ρ_1 = 0.75 of 12
     assert s["kept"] + s["drops"].get("not_selected", 0) == 50 and s["reconciles"]
     first = io.read_parquet(folder / "epoch0.parquet")[S.PROBLEM_ID].to_list()

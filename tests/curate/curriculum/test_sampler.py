@@ -13,22 +13,22 @@ import numpy as np
 import polars as pl
 import pytest
 
-from curate import io
 from curate import schema as S
 from curate.config import ConfigError, from_mapping
-from curate.curriculum.rules import des_scores, mix_schedule, select_by_des
-from curate.curriculum.sampler import (
-    CurriculumSampler,
+from curate.curriculum.rules import (
     PassRateTracker,
     RolloutLadder,
-    SamplerConfig,
     assign_pool,
+    des_scores,
     effective_rollouts,
     group_by_difficulty,
+    mix_schedule,
     rollouts_for_signal,
+    select_by_des,
     temperature_schedule,
     zero_variance_mask,
 )
+from curate.curriculum.sampler import CurriculumSampler, SamplerConfig
 from curate.score.des import DesConfig
 
 
@@ -64,7 +64,7 @@ def test_rollouts_for_signal_grows_for_hard_problems():
 
 
 def test_eta_over_n_efficiency_peaks_at_the_optimum():
-    from curate.curriculum.sampler import efficiency, optimal_eta_over_n
+    from curate.curriculum.rules import efficiency, optimal_eta_over_n
 
     x = optimal_eta_over_n(1.0, 2.0)
     assert x == 0.25 and efficiency(x, 1.0, 2.0) == 0.125
@@ -266,31 +266,6 @@ def test_config_loads_from_a_recipe_mapping():
     cfg = from_mapping(SamplerConfig, {"policy": "scalingrl", "des": {"phi": [0, 1, 0]}, "band_weights": {}})
     assert cfg.des.phi == (0.0, 1.0, 0.0)
     assert from_mapping(SamplerConfig, cfg.to_dict()) == cfg
-
-
-def test_ledger_write_back(ws):
-    sampler = CurriculumSampler(["a", "b"], SamplerConfig(seed=3))
-    sampler.update("a", [1.0, 0.0], step=5)
-    sampler.update("b", [0.0, 0.0, 0.0], step=5)
-    rows = sampler.to_ledger_rows("policy-x", first_idx={"a": 2})
-    assert rows.schema == S.ROLLOUTS and rows.height == 5
-    assert rows.filter(pl.col(S.PROBLEM_ID) == "a")[S.SAMPLE_IDX].to_list() == [2, 3]
-    assert set(rows[S.BACKEND].to_list()) == {"sampler"} and set(rows[S.STEP].to_list()) == {5}
-    assert rows[S.CORRECT].to_list() == [True, False, False, False, False]
-
-    state = sampler.state_dict()  # saved before the flush: a resume from it must not duplicate evidence
-    first = sampler.flush_ledger(ws, "pool", "policy-x")
-    assert sampler.pending == [] and sampler.flush_ledger(ws, "pool", "policy-x") is None
-    sampler.load_state_dict(state)
-    assert sampler.flush_ledger(ws, "pool", "policy-x") == first
-    sampler.update("a", [1.0], step=6)
-    sampler.flush_ledger(ws, "pool", "policy-x")
-    sampler.update("b", [1.0], step=7, record=False)  # the trainer writes its own rows: nothing kept to flush
-    assert sampler.pending == [] and sampler.flush_ledger(ws, "pool", "policy-x") is None
-    ledger = io.read_parquet(ws.ledger_dir("pool", "policy-x"), S.ROLLOUTS)
-    assert ledger.height == 6
-    assert ledger.filter(pl.col(S.PROBLEM_ID) == "a").sort(S.STEP)[S.SAMPLE_IDX].to_list() == [0, 1, 2]
-    assert ledger.select(S.PROBLEM_ID, S.SAMPLE_IDX).is_unique().all()
 
 
 def test_prior_zero_variance_evidence_sits_out_epoch_0_then_returns():

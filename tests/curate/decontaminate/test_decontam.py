@@ -1,4 +1,4 @@
-"""Decontamination and the ``decontaminate`` stage (curate.decontam): planted leaks are found, template siblings
+"""Decontamination and the ``decontaminate`` stage (curate.decontaminate): planted leaks are found, template siblings
 are not, the stage writes filters + quarantine idempotently, and the real MATH-500 leaks in DeepScaleR are found.
 
 Hermetic: real parquet, the real offline encoder (loaded once per session), real math-verify where named.

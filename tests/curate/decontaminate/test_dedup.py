@@ -1,4 +1,5 @@
-"""Near-duplicate clusters (curate.dedup): blocked similarity search, union-find, representatives, text signatures.
+"""Near-duplicate clusters (curate.decontaminate.dedup): blocked similarity search, union-find, representatives,
+text signatures.
 
 In-memory and synthetic (no encoder): vectors are built so that the expected clusters are known.
 """

@@ -63,7 +63,7 @@ def test_subjects_are_a_difficulty_signal_for_the_learned_prior():
         }
     )
     scores, report = score_stage.score_frame(
-        problems, score_stage.ScoreConfig(use_embeddings=False), 0, evidence=evidence
+        problems, score_stage.ScoreConfig(use_embeddings=False), evidence=evidence
     )
     unseen = scores.join(problems.tail(40).select(S.PROBLEM_ID, S.SUBJECT), on=S.PROBLEM_ID)
     prior = dict(unseen.group_by(S.SUBJECT).agg(pl.col(S.PRIOR_PASS_RATE).mean()).iter_rows())
@@ -92,7 +92,7 @@ def test_a_tiny_all_failed_rollout_does_not_relabel_the_pool():
     problems = _unlabelled(300)
     tried = problems[S.PROBLEM_ID].head(12).to_list()
     scores, report = score_stage.score_frame(
-        problems, score_stage.ScoreConfig(use_embeddings=False), 0, evidence=_evidence(tried, 8, [0] * 12)
+        problems, score_stage.ScoreConfig(use_embeddings=False), evidence=_evidence(tried, 8, [0] * 12)
     )
     untried = scores.filter(~pl.col(S.PROBLEM_ID).is_in(tried))
     assert (untried[S.PRIOR_PASS_RATE] == 0.5).all()  # the default prior, not the 12 failures' mean of 0
@@ -109,7 +109,7 @@ def test_a_prior_that_cannot_beat_the_mean_falls_back_to_it_with_a_warning():
     tried = problems[S.PROBLEM_ID].head(100).to_list()
     correct = [(7 * i) % 9 for i in range(100)]  # both outcomes, unrelated to the text
     scores, report = score_stage.score_frame(
-        problems, score_stage.ScoreConfig(use_embeddings=False), 0, evidence=_evidence(tried, 8, correct)
+        problems, score_stage.ScoreConfig(use_embeddings=False), evidence=_evidence(tried, 8, correct)
     )
     prior = report["prior_predictor"]
     assert prior["mae"] is not None and prior["mae"] >= prior["baseline_mae"]

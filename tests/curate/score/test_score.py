@@ -16,6 +16,7 @@ from polars.testing import assert_frame_equal
 
 from curate import schema as S
 from curate.manifest import read_manifest
+from curate.score import des
 from curate.score import stage as score
 from curate.score.des import DesConfig, PoolStats
 from curate.score.evidence import EvidenceConfig, ledger_evidence, target_model
@@ -72,14 +73,14 @@ def ledger_frame(rows: list[dict]) -> pl.DataFrame:
 
 # --------------------------------------------------------------------------------------------------- DES
 def test_gaussian_score_matches_hand_values():
-    out = pl.DataFrame({"x": [1.0, 2.0, 3.0]}).select(score.gaussian_score("x", 1.0, 1.0))["x"].to_list()
+    out = pl.DataFrame({"x": [1.0, 2.0, 3.0]}).select(des.gaussian_score("x", 1.0, 1.0))["x"].to_list()
     assert out == pytest.approx([1.0, math.exp(-0.5), math.exp(-2.0)])
 
 
 def test_time_weight_and_softmax_weights():
-    assert [score.time_weight(t, 4) for t in (0, 1, 4, 9)] == [0.0, 0.25, 1.0, 1.0]
-    assert score.des_weights((0.0, 0.0, 0.0)) == pytest.approx((1 / 3, 1 / 3, 1 / 3))
-    assert score.des_weights((math.log(2.0), 0.0, 0.0)) == pytest.approx((0.5, 0.25, 0.25))
+    assert [des.time_weight(t, 4) for t in (0, 1, 4, 9)] == [0.0, 0.25, 1.0, 1.0]
+    assert des.des_weights((0.0, 0.0, 0.0)) == pytest.approx((1 / 3, 1 / 3, 1 / 3))
+    assert des.des_weights((math.log(2.0), 0.0, 0.0)) == pytest.approx((0.5, 0.25, 0.25))
 
 
 STATS = PoolStats(d_mean=0.5, d_quantile=0.9, d_std=0.2, c_mean=0.0, c_quantile=1.0, c_std=1.0)
@@ -97,7 +98,7 @@ def des_input(**cols) -> pl.DataFrame:
 
 
 def test_des_with_equal_weights_is_the_mean_of_hand_computed_components():
-    out = des_input().select(score.des_exprs(DesConfig(), 0, 10, STATS)).row(0, named=True)
+    out = des_input().select(des.des_exprs(DesConfig(), 0, 10, STATS)).row(0, named=True)
     d = math.exp(-((0.7 - 0.5) ** 2) / (2 * 0.2**2))  # 0.6065
     assert out[S.DES_D] == pytest.approx(d)
     assert out[S.DES_C] == pytest.approx(1.0)
@@ -108,10 +109,10 @@ def test_des_with_equal_weights_is_the_mean_of_hand_computed_components():
 
 def test_des_centres_move_to_the_quantile_and_reward_centre_at_the_horizon():
     row = des_input(**{S.DIFFICULTY_SCORE: [0.9], S.COT_LENGTH: [1.0], S.REWARD_EMA: [0.5]})
-    late = row.select(score.des_exprs(DesConfig(), 10, 10, STATS)).row(0, named=True)
+    late = row.select(des.des_exprs(DesConfig(), 10, 10, STATS)).row(0, named=True)
     assert late[S.DES_D] == pytest.approx(1.0) and late[S.DES_C] == pytest.approx(1.0)
     assert late[S.DES_R] == pytest.approx(1.0)
-    mid = row.select(score.des_exprs(DesConfig(), 5, 10, STATS)).row(0, named=True)
+    mid = row.select(des.des_exprs(DesConfig(), 5, 10, STATS)).row(0, named=True)
     assert mid[S.DES_D] == pytest.approx(math.exp(-(0.2**2) / (2 * 0.2**2)))  # centre 0.7
 
 
@@ -125,22 +126,50 @@ def test_reward_component_is_zero_for_zero_variance_and_rises_with_progress():
             S.LEARNING_PROGRESS: [0.0, 0.0, 0.4],
         }
     )
-    r = rows.select(score.des_exprs(DesConfig(), 0, 1, STATS))[S.DES_R].to_list()
+    r = rows.select(des.des_exprs(DesConfig(), 0, 1, STATS))[S.DES_R].to_list()
     g = math.exp(-(0.25**2) / (2 * 0.25**2))
     assert r == pytest.approx([0.0, g, min(1.0, g + 0.5 * 0.4)])
 
 
 def test_des_weights_follow_phi():
     cfg = DesConfig(phi=(10.0, -10.0, -10.0))
-    out = des_input().select(score.des_exprs(cfg, 0, 1, STATS)).row(0, named=True)
+    out = des_input().select(des.des_exprs(cfg, 0, 1, STATS)).row(0, named=True)
     assert out[S.DES] == pytest.approx(out[S.DES_D], abs=1e-6)
+
+
+def test_a_des_factor_is_one_term_of_the_table_and_reaches_every_reader(monkeypatch):
+    """A new factor is its column in ``curate.schema`` and a ``Term`` in ``curate.score.des.TERMS``: the DES columns,
+    the weights' length and the constant-term warnings follow the table, and no other module names a term's column
+    (issue 31: a factor touched seven files)."""
+    import re
+    from pathlib import Path
+
+    extra = des.Term("length", "des_l", S.PROMPT_CHARS, lambda cfg, w, stats, _: pl.col(S.PROMPT_CHARS) * 0.0 + 1.0)
+    monkeypatch.setattr(des, "TERMS", (*des.TERMS, extra))
+    assert DesConfig().phi == (0.0,) * 4
+    rows = des_input(**{S.PROMPT_CHARS: [10]}).vstack(des_input(**{S.PROMPT_CHARS: [20], S.COT_LENGTH: [1.0]}))
+    out = rows.with_columns(des.des_exprs(DesConfig(), 0, 10, STATS))
+    assert out["des_l"].to_list() == [1.0, 1.0] and out[S.DES][0] == pytest.approx((0.6065 + 1 + 1 + 1) / 4, 1e-4)
+    assert des.constant_terms(out) == ["difficulty", "reward", "length"]
+    assert "ranks by CoT length alone" in des.reduced_note(out)
+    root = Path(des.__file__).resolve().parents[2]
+    column = re.compile(r"\b(DES_[DCR]|des_[dcr])\b")
+    named = [
+        f"{path.relative_to(root)}:{i}"
+        for folder in ("curate", "training", "flows")
+        for path in sorted((root / folder).rglob("*.py"))
+        if path.name != "schema.py" and path != Path(des.__file__).resolve()
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if column.search(line)
+    ]
+    assert named == []
 
 
 def test_update_des_weights_raises_the_component_that_tracks_progress():
     rng = np.random.default_rng(0)
     progress = rng.normal(size=200)
     comps = np.column_stack([progress + rng.normal(scale=0.1, size=200), rng.normal(size=200), rng.normal(size=200)])
-    phi = score.update_des_weights((0.0, 0.0, 0.0), comps, progress, lr=1.0)
+    phi = des.update_des_weights((0.0, 0.0, 0.0), comps, progress, lr=1.0)
     assert phi[0] > 0 > max(phi[1], phi[2])
 
 
@@ -173,7 +202,7 @@ def test_label_pass_rate_maps_levels_and_numeric_difficulty():
 
 def test_coscale_pools_at_the_thresholds():
     p = pl.DataFrame({S.PASS_RATE: [0.0, 0.049, 0.05, 0.5, 0.70, 0.71, 1.0]})
-    out = p.select(score.coscale_pool_expr())[S.COSCALE_POOL].to_list()
+    out = p.select(des.coscale_pool_expr())[S.COSCALE_POOL].to_list()
     assert out == ["unsolvable", "unsolvable", "solvable", "solvable", "solvable", "solved", "solved"]
 
 
@@ -231,12 +260,12 @@ def scored(seed: int = 0, shuffle: bool = False, **cfg):
         problems, emb = problems[order], emb[order]
     rows = ledger_rows(train_ids[0], "m", [1.0] * 8) + ledger_rows(train_ids[1], "m", [0.0, 1.0] * 4)
     evidence = ledger_evidence(ledger_frame(rows), EvidenceConfig())
-    conf = score.ScoreConfig(clusters=3, min_train=5, **cfg)
+    conf = score.ScoreConfig(clusters=3, min_train=5, seed=seed, **cfg)
     filters = pl.DataFrame(
         {S.PROBLEM_ID: [train_ids[2]], S.CONTAMINATED: [True], S.DUPLICATE_OF: [None]},
         schema_overrides={S.DUPLICATE_OF: pl.String},
     )
-    return problems, train_ids, score.score_frame(problems, conf, seed, evidence=evidence, embeddings=emb,
+    return problems, train_ids, score.score_frame(problems, conf, evidence=evidence, embeddings=emb,
                                                   filters=filters)  # fmt: skip
 
 

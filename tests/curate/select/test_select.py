@@ -66,7 +66,7 @@ def test_gumbel_noise_is_seeded_and_order_independent():
 
 def test_filters_drop_with_reasons_and_counts_reconcile():
     frame = candidates()
-    chosen, drops, report = sel.select_frame(frame, sel.SelectConfig(size=50), 0)
+    chosen, drops, report = sel.select_frame(frame, sel.SelectConfig(size=50))
     reasons = dict(drops.group_by(S.DROP_REASON).len().iter_rows())
     expected = {"split_test": 4, "contaminated": 4, "duplicate": 4, "zero_variance": 4, "solved": 4, "too_long": 4}
     assert reasons == expected == report["dropped"]
@@ -78,12 +78,12 @@ def test_filters_drop_with_reasons_and_counts_reconcile():
     assert (picked[S.DUPLICATE_OF].is_null() | (picked[S.DUPLICATE_OF] == picked[S.PROBLEM_ID])).all()
     assert chosen[S.RANK].to_list() == list(range(1, 51))
     off = sel.SelectConfig(size=0, drop_solved=False, drop_zero_variance=False, max_prompt_chars=None)
-    assert set(sel.select_frame(frame, off, 0)[2]["dropped"]) == {"split_test", "contaminated", "duplicate"}
+    assert set(sel.select_frame(frame, off)[2]["dropped"]) == {"split_test", "contaminated", "duplicate"}
 
 
 def test_quotas_are_proportional_to_eligible_cluster_sizes():
     frame = candidates()
-    chosen, drops, _ = sel.select_frame(frame, sel.SelectConfig(size=60), 7)
+    chosen, drops, _ = sel.select_frame(frame, sel.SelectConfig(size=60, seed=7))
     eligible = frame.filter(~pl.col(S.PROBLEM_ID).is_in(drops[S.PROBLEM_ID].implode()))
     counts = dict(eligible.group_by(S.CLUSTER).len().iter_rows())
     got = dict(chosen.group_by(S.CLUSTER).len().iter_rows())
@@ -92,25 +92,25 @@ def test_quotas_are_proportional_to_eligible_cluster_sizes():
 
 def test_selection_is_deterministic_and_independent_of_row_order():
     frame = candidates()
-    cfg = sel.SelectConfig(size=40, temperature=0.2)
-    a = sel.select_frame(frame, cfg, 3)[0]
-    b = sel.select_frame(frame, cfg, 3)[0]
-    c = sel.select_frame(frame.sample(fraction=1.0, shuffle=True, seed=9), cfg, 3)[0]
+    cfg = sel.SelectConfig(size=40, temperature=0.2, seed=3)
+    a = sel.select_frame(frame, cfg)[0]
+    b = sel.select_frame(frame, cfg)[0]
+    c = sel.select_frame(frame.sample(fraction=1.0, shuffle=True, seed=9), cfg)[0]
     assert_frame_equal(a, b)
     assert_frame_equal(a, c)
-    assert not a[S.PROBLEM_ID].equals(sel.select_frame(frame, cfg, 4)[0][S.PROBLEM_ID])
+    assert not a[S.PROBLEM_ID].equals(sel.select_frame(frame, dataclasses.replace(cfg, seed=4))[0][S.PROBLEM_ID])
 
 
 def test_temperature_zero_is_top_k_per_cluster_and_low_temperature_prefers_high_scores():
     frame = candidates().with_columns(pl.lit(0, pl.Int32).alias(S.CLUSTER))
-    greedy = sel.select_frame(frame, sel.SelectConfig(size=10, temperature=0.0, by="pass_rate"), 0)[0]
-    _, drops, _ = sel.select_frame(frame, sel.SelectConfig(size=0), 0)
+    greedy = sel.select_frame(frame, sel.SelectConfig(size=10, temperature=0.0, by="pass_rate"))[0]
+    _, drops, _ = sel.select_frame(frame, sel.SelectConfig(size=0))
     eligible = frame.filter(~pl.col(S.PROBLEM_ID).is_in(drops[S.PROBLEM_ID].implode()))
     assert greedy[S.PROBLEM_ID].to_list() == eligible.sort(S.PASS_RATE, descending=True)[S.PROBLEM_ID][:10].to_list()
-    low = sel.select_frame(frame, sel.SelectConfig(size=10, temperature=0.0, by="-pass_rate"), 0)[0]
+    low = sel.select_frame(frame, sel.SelectConfig(size=10, temperature=0.0, by="-pass_rate"))[0]
     assert low[S.PASS_RATE].max() < greedy[S.PASS_RATE].min()
-    sharp = sel.select_frame(frame, sel.SelectConfig(size=40, temperature=0.05), 0)[0]
-    flat = sel.select_frame(frame, sel.SelectConfig(size=40, temperature=100.0), 0)[0]
+    sharp = sel.select_frame(frame, sel.SelectConfig(size=40, temperature=0.05))[0]
+    flat = sel.select_frame(frame, sel.SelectConfig(size=40, temperature=100.0))[0]
     assert sharp[S.DES].mean() > flat[S.DES].mean() + 0.1
 
 
@@ -118,19 +118,19 @@ def test_random_is_a_uniform_seeded_sample_that_needs_no_scores():
     """``by: random`` (the baseline DES is compared with): no score column needed, every eligible row equally
     likely whatever its DES, seeded, and the same at temperature 0 (a uniform sample is never top-k by id)."""
     frame = candidates(n=2000, clusters=1).drop(S.DES, S.PASS_RATE)
-    chosen, _, report = sel.select_frame(frame, sel.SelectConfig(size=500, by="random"), 0)
+    chosen, _, report = sel.select_frame(frame, sel.SelectConfig(size=500, by="random"))
     assert report["selected"] == 500 and chosen[sel.RANDOM].unique().to_list() == [0.0]
-    again = sel.select_frame(frame, sel.SelectConfig(size=500, by="random", temperature=0.0), 0)[0]
+    again = sel.select_frame(frame, sel.SelectConfig(size=500, by="random", temperature=0.0))[0]
     assert again[S.PROBLEM_ID].sort().equals(chosen[S.PROBLEM_ID].sort())  # the noise alone orders the rows
-    other = sel.select_frame(frame, sel.SelectConfig(size=500, by="random"), 1)[0]
+    other = sel.select_frame(frame, sel.SelectConfig(size=500, by="random", seed=1))[0]
     assert not other[S.PROBLEM_ID].sort().equals(chosen[S.PROBLEM_ID].sort())
     # uniform over the row index: a quarter of the eligible rows, whichever quarter of the index they sit in
     index = {pid: i for i, pid in enumerate(frame[S.PROBLEM_ID].to_list())}
     quarters = np.bincount([index[p] * 4 // frame.height for p in chosen[S.PROBLEM_ID].to_list()], minlength=4)
     assert quarters.min() > 90, quarters
     scored = candidates(n=2000, clusters=1)
-    by_des = sel.select_frame(scored, sel.SelectConfig(size=300, temperature=0.05), 0)[0]
-    at_random = sel.select_frame(scored, sel.SelectConfig(size=300, by="random"), 0)[0]
+    by_des = sel.select_frame(scored, sel.SelectConfig(size=300, temperature=0.05))[0]
+    at_random = sel.select_frame(scored, sel.SelectConfig(size=300, by="random"))[0]
     assert by_des[S.DES].mean() > 0.8 and abs(at_random[S.DES].mean() - 0.5) < 0.06
 
 
@@ -138,13 +138,13 @@ def test_thresholds_without_size_take_every_passing_row():
     frame = candidates()
     cfg = sel.SelectConfig(by="pass_rate", min_value=0.5)
     assert cfg.effective_size() == 0
-    chosen, _, report = sel.select_frame(frame, cfg, 0)
+    chosen, _, report = sel.select_frame(frame, cfg)
     assert not report["sampled"] and report["not_sampled"] == 0
     assert chosen[S.PASS_RATE].min() >= 0.5 and report["dropped"]["below_min"] > 0
     assert chosen[S.RANK].to_list() == list(range(1, chosen.height + 1))
     assert chosen[S.SELECT_SCORE].is_sorted(descending=True)
     with pytest.raises(ValueError, match="numeric columns"):
-        sel.select_frame(frame, sel.SelectConfig(by="nope"), 0)
+        sel.select_frame(frame, sel.SelectConfig(by="nope"))
 
 
 # --------------------------------------------------------------------------------------------------- stage
@@ -234,7 +234,7 @@ def test_limr_reproduction_is_exact(ws, shared_data):
     write_pool(ws, "limr", frame)
     cfg = sel.SelectConfig(scores_file=str(scores_file), scores_key="prompt", scores_col="score", by="score",
                            min_value=0.6)  # fmt: skip
-    result = sel.select_pool(ws, "limr", cfg, name="limr", seed=0)
+    result = sel.select_pool(ws, "limr", cfg, name="limr")
     expected = {S.problem_id(r["prompt"]) for r in json.loads(scores_file.read_text()) if r["score"] >= 0.6}
     assert len(expected) == 1389
     out = ws.selection_dir("limr")
@@ -305,8 +305,8 @@ def test_sources_keep_one_ingest_source_of_a_pool():
         S.ZERO_VARIANCE: [False] * n, S.SOLVED: [False] * n, S.CLUSTER: [0] * n, "des": [0.5] * n,
         "unverifiable_answer": [False] * n,
     })  # fmt: skip
-    chosen, drops, _ = select_frame(candidates, SelectConfig(sources=("rl",), size=0), seed=0)
+    chosen, drops, _ = select_frame(candidates, SelectConfig(sources=("rl",), size=0))
     assert sorted(chosen[S.PROBLEM_ID]) == ["p1", "p3", "p5"]
     assert drops[S.DROP_REASON].to_list() == ["other_source"] * 3
-    everything, _, _ = select_frame(candidates, SelectConfig(size=0), seed=0)
+    everything, _, _ = select_frame(candidates, SelectConfig(size=0))
     assert everything.height == n

@@ -94,6 +94,17 @@ def test_distinctness_rule_and_solution_ids():
     assert D.reasoning_words("Janet sells 16 - 3 - 4 = 9 eggs.\n#### 9") == 7  # words before the "####" line
 
 
+def test_the_answer_starts_where_the_checker_reads_it():
+    """One "Answer:" rule (``curate.verify.answers``): a line the checker reads an answer from is where the solution's
+    reasoning ends, and a line it does not read ("a: 9", lowercase, is a variable) is reasoning."""
+    from curate.verify.checker import extract_answer
+
+    for line, read in (("Answer: 9", True), ("FINAL ANSWER: 9", True), ("A: 9", True), ("a: 9", False)):
+        text = f"She sells 16 - 7 = 9 eggs.\n{line}"
+        assert (extract_answer(text)[1] == "answer_line") == read
+        assert D.answer_position(text) == (text.index(line) if read else len(text))
+
+
 def test_problem_pools_from_pass_rates_and_budget():
     ids = pl.DataFrame({S.PROBLEM_ID: list("abcdef")})
     kept = pl.DataFrame({S.PROBLEM_ID: ["a", "b", "b", "c", "c", "c", "d", "d", "d"]})

@@ -24,7 +24,9 @@ from curate.verify.pool import Pool
 
 
 FAST = VerifyConfig(parse_timeout_s=1, verify_timeout_s=1, item_timeout_s=10.0)  # for inputs meant to time out
-PATIENT = VerifyConfig(parse_timeout_s=5, verify_timeout_s=5, item_timeout_s=30.0)  # a busy CI box is not a timeout
+PATIENT = VerifyConfig(
+    parse_timeout_s=30, verify_timeout_s=30, item_timeout_s=120.0
+)  # a busy CI box is not a timeout (the first LaTeX parse of a process compiles the grammar: 5 s timed out at load 3)
 
 
 # --------------------------------------------------------------------------------------------------- extraction
