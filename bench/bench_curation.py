@@ -412,6 +412,20 @@ def report(home: Path, seeds: list[int], cpu: dict[str, float]) -> dict[str, Any
     return results
 
 
+def quote(results: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
+    """What ``./scripts/demo`` prints after its run: each seed's raw and curated figures (T = 0.6) and the pooled
+    comparisons, with the date and the command that measured them."""
+    runs = results["runs"]
+    per_seed = {arm: {s: {p: runs[f"{arm}-seed{s}"].get(f"{p}@0.6") for p in ("sft", "end")}
+                      for s in seeds if f"{arm}-seed{s}" in runs} for arm in ARMS}  # fmt: skip
+    quoted = [name for name, *_ in COMPARISONS if name.startswith(("curated - raw", "curated RL", "RL - "))]
+    pooled = {name: results["comparisons@T=0.6"][name]["pooled"] for name in quoted}
+    pooled = {name: g for name, g in pooled.items() if g}
+    command = "python bench/bench_curation.py --seeds " + " ".join(map(str, seeds))
+    return {"date": time.strftime("%Y-%m-%d"), "command": command, "test": results["test"], "per_seed": per_seed,
+            "pooled": pooled}  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -420,6 +434,7 @@ def main() -> None:
     ap.add_argument("--home", default="/tmp/bench-curation")
     ap.add_argument("--report-only", action="store_true", help="read the finished runs back; train nothing")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--quote", help="write the short summary ./scripts/demo quotes here (bench/curation-quote.json)")
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE for every training run (a shorter grid)")
     ap.add_argument("--raw-set", action="append", default=[], help="KEY=VALUE for the raw arm's training run only")
     ap.add_argument("--curated-set", action="append", default=[], help="KEY=VALUE for the curated arm's run only")
@@ -437,6 +452,8 @@ def main() -> None:
     results = report(home, args.seeds, cpu)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
+    if args.quote:
+        Path(args.quote).write_text(json.dumps(quote(results, args.seeds), indent=1) + "\n")
 
 
 if __name__ == "__main__":

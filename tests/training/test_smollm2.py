@@ -203,16 +203,8 @@ def test_the_recipe_runs_end_to_end_cut_to_one_step_of_each_kind(smol, capsys):
 
     ws, folder = smol
     files = (folder / "files.json").stat().st_mtime_ns
-    cut = {
-        "curate_recipe": str(ROOT / "datasets" / "tiny" / "recipe.yaml"),
-        "sft.epochs": 0.0005, "sft.per_device_batch_size": 2, "sft.torch_threads": 1,
-        "measure.rollout.n": 2, "measure.rollout.limit": 2, "measure.rollout.max_tokens": 16,
-        "measure.rollout.hf.batch_size": 8, "measure.rollout.hf.threads": 1,
-        "only_stages": "[stage1]", "stages.stage1.max_steps": 1, "stages.stage1.max_completion_length": 16,
-        "rl.prompts_per_step": 1, "rl.num_generations": 2, "rl.warmup_steps": 0, "rl.carry_optimizer": "false",
-        "eval.limit": 2, "eval.k": 1, "eval.max_new_tokens": 16, "eval.every": 0, "eval.threads": 1,
-        "eval.batch_size": 2,
-    }  # fmt: skip
+    smoke = _bench_module().SIZES["smoke"]  # the benchmark's smoke size: the test runs what `--sizes smoke` runs
+    cut = {"curate_recipe": str(ROOT / "datasets" / "tiny" / "recipe.yaml"), **smoke}
     sets = [arg for key, value in cut.items() for arg in ("--set", f"{key}={value}")]
     recipe = ROOT / "training" / "recipes" / "smollm2-135m" / "fastcurl.yaml"
     capsys.readouterr()
@@ -232,3 +224,13 @@ def test_the_recipe_runs_end_to_end_cut_to_one_step_of_each_kind(smol, capsys):
     rollouts = ledger.read(ws, "tiny", stage["ledger_model"])
     assert rollouts.height == 2 and rollouts[S.VERDICT].null_count() == 0
     assert summary["gain_over_sft"]["n_problems"] == 2
+
+
+def _bench_module():
+    """``bench/bench_smollm2_gpu.py`` as a module (``bench/`` is a folder of scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_smollm2_gpu", ROOT / "bench" / "bench_smollm2_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
