@@ -409,7 +409,7 @@ def evaluate_model(run: Run, state: ChainState) -> ChainState:
             run.echo(f"[chain]   {p['step']} step {step}: pass@1 = {ev['pass_at_1']:.3f} ± {ev['stderr']:.3f}")
     # ``eval.temperatures`` where the chain's comparison reads them: every step but an RL stage a later one follows
     # (the SFT model and the last stage are what ``gain_over_sft`` pairs; a pass ``decide`` stops early has none)
-    followed = rl and p["step"] != rl_step_name(run.stages()[-1], state.iteration)
+    followed = is_rl and p["step"] != rl_step_name(run.stages()[-1], state.iteration)
     ev = _eval(Path(p["model"]), run, save_as=p["step"], others=not followed)
     extra = {k: p[k] for k in ("rl_steps", "compute", "stage_dir", "offset_step", "offset_compute") if k in p}
     rec = {"step": p["step"], "model": p["model"], "wall_s": round(p["wall_s"] + time.perf_counter() - t0, 1),
