@@ -34,7 +34,7 @@ from tests.tiny_chain import write_tiny_chain
 
 
 GPU_POOL = "training-gpu"
-STAGE1_STEPS = 5
+STAGE1_STEPS = 20  # long enough that the worker is killed mid-stage on an idle box too (5 finished before the kill)
 
 
 def write_recipes(tmp_path: Path) -> Path:
