@@ -419,8 +419,7 @@ def quote(results: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
     per_seed = {arm: {s: {p: runs[f"{arm}-seed{s}"].get(f"{p}@0.6") for p in ("sft", "end")}
                       for s in seeds if f"{arm}-seed{s}" in runs} for arm in ARMS}  # fmt: skip
     quoted = [name for name, *_ in COMPARISONS if name.startswith(("curated - raw", "curated RL", "RL - "))]
-    pooled = {name: results["comparisons@T=0.6"][name]["pooled"] for name in quoted}
-    pooled = {name: g for name, g in pooled.items() if g}
+    pooled = {name: g for name in quoted if (g := results["comparisons@T=0.6"][name]["pooled"])}
     command = "python bench/bench_curation.py --seeds " + " ".join(map(str, seeds))
     return {"date": time.strftime("%Y-%m-%d"), "command": command, "test": results["test"], "per_seed": per_seed,
             "pooled": pooled}  # fmt: skip
