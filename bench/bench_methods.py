@@ -4,14 +4,15 @@ Every arm is the curated arm of ``bench/bench_curation.py`` (``training/recipes/
 defaults) with one part replaced, run with ``training run --set ...`` (printed, so each reruns from the CLI), at equal
 RL compute (40 steps of 256 rollouts), in the same workspace and, within a seed, from the curated arm's SFT model
 (``--set model=<curated>/sft/final --set sft=null``: its ``measure`` rollouts are in the ledger and are reused),
-except ``unverified``, which is about the SFT data and trains its own from the same from-scratch model.
+except ``unverified``, which is about the SFT data: it starts from the raw arm's SFT model (every teacher trace,
+with the curated recipe's SFT settings and seed: the same SFT step, so it is borrowed, not trained again).
 
 - ScalingRL: ``random`` (a uniform 300 of the measured candidates, no filters) and ``full`` (every measured
   candidate, no solved / zero-variance filter) in place of the DES selection of 300;
 - the curriculum sampler: ``uniform`` (a random permutation per epoch; no zero-variance skip, no
   no-positive-resampling) in place of the scalingrl policy with ScaleRL's filters;
-- verified solutions: ``unverified`` (SFT on every teacher trace, the raw arm's ``solutions/tiny-raw``), the rest
-  curated;
+- verified solutions: ``unverified`` (SFT on every teacher trace, ``solutions/tiny-raw``: the raw arm's SFT model),
+  the rest curated (``measure`` of that model, DES selection, the sampler);
 - decontamination: ``nodecon`` (the RL selection keeps the test split's reworded copies); reported on the leaked
   test problems and on the clean ones apart, so the inflation shows;
 - dedup: ``nodedup`` (the RL selection keeps near duplicates);
@@ -61,27 +62,35 @@ from bench_curation import (
 
 
 EARLY = 10  # the early budget: RL steps (of 40)
+BUDGETS = (2e5, 5e5, 1e6)  # RL completion tokens at which FastCuRL's staged and one-stage arms are compared
 NO_FILTERS = ("measure.select.drop_solved=false", "measure.select.drop_zero_variance=false")
 ARMS: dict[str, tuple[str, tuple[str, ...]]] = {  # name -> (claim, --set items over the curated arm)
     "random": ("ScalingRL", ("measure.select.by=random", *NO_FILTERS)),
     "full": ("ScalingRL", ("measure.select.size=0", *NO_FILTERS)),
     "uniform": ("sampler", ("rl.policy=uniform", "rl.sampler.zero_variance_skip=false",
                             "rl.sampler.no_positive_resampling=false")),
-    "unverified": ("verified solutions", ("sft.data=solutions/tiny-raw/sft.parquet",)),
+    "unverified": ("verified solutions", ()),  # the model: sft_arm
     "nodecon": ("decontamination", ("measure.select.drop_contaminated=false",)),
     "nodedup": ("dedup", ("measure.select.drop_duplicates=false",)),
     "single": ("FastCuRL", ("only_stages=[stage2]", "stages.stage2.max_steps=40",
                             "stages.stage2.max_completion_length=384", "stages.stage2.learning_rate=1.0e-4",
                             "stages.stage2.warmup_steps=5", "stages.stage2.lr_scheduler_type=linear")),
 }  # fmt: skip
-OWN_SFT = {"unverified"}
+SFT_FROM = {"unverified": "raw"}  # arm -> the bench_curation arm whose SFT model it starts from (else curated)
+EVERY = {"single": 5}  # eval.every: stage ends (10 steps) give the early budget; the one-stage arm needs a curve
+
+
+def sft_arm(arm: str) -> str:
+    """The arm whose SFT model (and its held-out table) this arm starts from. ``unverified`` fine-tunes on every
+    teacher trace with the curated recipe's SFT settings and seed: that is the raw arm's SFT step (the same data,
+    settings, seed and from-scratch model; bench_curation.py's raw recipe), so it borrows that model."""
+    return SFT_FROM.get(arm, "curated")
 
 
 def commands(arm: str, home: Path, seed: int) -> list[str]:
     """``training run`` of one arm at one seed (what a user types to rerun it)."""
-    sets = [f"seed={seed}", "eval.temperatures=[]", "eval.every=5", *ARMS[arm][1]]
-    if arm not in OWN_SFT:
-        sets += [f"model={run_dir(home, 'curated', seed) / 'sft' / 'final'}", "sft=null"]
+    sets = [f"seed={seed}", "eval.temperatures=[]", f"eval.every={EVERY.get(arm, 10)}", *ARMS[arm][1]]
+    sets += [f"model={run_dir(home, sft_arm(arm), seed) / 'sft' / 'final'}", "sft=null"]
     cmd = [sys.executable, "-m", "training.cli", "run", "--recipe", CURATED, "--home", str(home), "--out",
            str(run_dir(home, arm, seed)), "--json"]  # fmt: skip
     return cmd + [x for s in sets for x in ("--set", s)]
@@ -90,13 +99,13 @@ def commands(arm: str, home: Path, seed: int) -> list[str]:
 def run_all(home: Path, arms: list[str], seeds: list[int], jobs: int) -> dict[str, float]:
     """Every (arm, seed) not finished, ``jobs`` at once, each once its seed's curated run (``bench_curation.py``,
     which may be running beside this) has finished."""
-    todo = [(a, s) for s in seeds for a in arms if not finished(home, a, s)]
+    todo = [(a, s) for a in arms for s in seeds if not finished(home, a, s)]  # arm by arm: a cut grid has whole arms
     running: dict[int, tuple[str, int, float]] = {}
     cpu: dict[str, float] = {}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     (home / "logs").mkdir(parents=True, exist_ok=True)
     while todo or running:
-        ready = [(a, s) for a, s in todo if finished(home, "curated", s)]
+        ready = [(a, s) for a, s in todo if finished(home, sft_arm(a), s)]
         if not ready and not running:
             print(f"[{time.strftime('%H:%M:%S')}] waiting for the curated runs of seeds "
                   f"{sorted({s for _, s in todo})} (bench_curation.py)", flush=True)  # fmt: skip
@@ -138,7 +147,7 @@ def at_tokens(home: Path, arm: str, seed: int, budgets: tuple[float, ...]) -> li
     from training.evaluate import read_eval
 
     ev = read_eval(run_dir(home, arm, seed)).sort("compute")
-    sft_run = arm if arm in OWN_SFT or arm == "curated" else "curated"
+    sft_run = "curated" if arm == "curated" else sft_arm(arm)
     xs = [0.0, *ev["compute"].to_list()]
     ys = [rate(table(home, sft_run, seed, "sft")), *ev["pass_at_1"].to_list()]
     return [float(np.interp(b, xs, ys, right=np.nan)) for b in budgets]
@@ -223,13 +232,12 @@ def report(home: Path, arms: list[str], seeds: list[int], cpu: dict[str, float])
         for name in ("leaked", "clean"):
             if name in rows:
                 print(f"{'':<10}   on the {len(split[name])} {name} test problems: end {fmt(rows[name]['pooled'])}")
-    budgets = (2e5, 5e5, 1e6)
     print("\n== FastCuRL per training token: pass@1 at equal RL completion tokens (interpolated, mean of seeds)")
     for arm in ("curated", "single"):
-        per = [at_tokens(home, arm, s, budgets) for s in seeds if finished(home, arm, s)]
+        per = [at_tokens(home, arm, s, BUDGETS) for s in seeds if finished(home, arm, s)]
         if per:
             results["per_token"][arm] = mean = [sum(x) / len(per) for x in zip(*per, strict=True)]
-            print(f"{arm:<8} " + " | ".join(f"{b / 1e3:.0f}K: {x:.3f}" for b, x in zip(budgets, mean, strict=True)))
+            print(f"{arm:<8} " + " | ".join(f"{b / 1e3:.0f}K: {x:.3f}" for b, x in zip(BUDGETS, mean, strict=True)))
     print("\n== ScaleRL's fit on the first half of the curated arm's curve, extrapolated to its end")
     for seed in (s for s in seeds if finished(home, "curated", s)):
         f = fit_first_half(home, seed)
@@ -237,6 +245,33 @@ def report(home: Path, arms: list[str], seeds: list[int], cpu: dict[str, float])
             results["fit"].append(f)
             print_fit(f)
     return results
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Each arm's end difference against the curated arm (per seed dots, the pooled mean with +-2 paired SE), and
+    FastCuRL's pass@1 at equal RL tokens (staged against one stage)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.2))
+    ax, bx = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    arms = [a for a, r in results["arms"].items() if r["end"]["pooled"]]
+    for i, arm in enumerate(arms):
+        end = results["arms"][arm]["end"]
+        ax.plot([g["gain"] for g in end["per_seed"].values()], [i] * len(end["per_seed"]), "o", color="0.6", ms=4)
+        p = end["pooled"]
+        ax.errorbar(p["gain"], i, xerr=2 * p["stderr"], fmt="D", color="C0", capsize=3)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_yticks(range(len(arms)), [f"{a} ({results['arms'][a]['claim']})" for a in arms])
+    ax.set_xlabel("held-out pass@1 minus the curated arm, after 40 RL steps (grey: seeds; blue: pooled ± 2 SE)")
+    for arm, ys in results["per_token"].items():
+        bx.plot(BUDGETS, ys, "o-", label=arm)
+    bx.set_xlabel("RL completion tokens")
+    bx.set_ylabel("held-out pass@1 (mean of seeds)")
+    bx.set_title("FastCuRL: staged (curated) vs one stage")
+    bx.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
 
 
 def main() -> None:
@@ -257,6 +292,7 @@ def main() -> None:
         cpu_file.write_text(json.dumps(cpu, indent=1))
         print(f"load average after: {os.getloadavg()}")
     results = report(home, args.arms, args.seeds, cpu)
+    plot(results, home / "methods.png")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
 
