@@ -277,16 +277,17 @@ COMPARISONS = (  # (name, arm a, point a, arm b, point b): a minus b, paired per
 )
 
 
-def curve(home: Path, arm: str, seed: int) -> list[tuple[float, float, float]]:
+def curve(home: Path, arm: str, seed: int, sft_run: str | None = None) -> list[tuple[float, float, float]]:
     """(rollouts, CPU-seconds, pass@1): the SFT model at 0, then after ``measure``'s rollouts and CPU (the same
-    pass rate), then each evaluated RL point. CPU within a stage is interpolated by steps."""
+    pass rate), then each evaluated RL point. CPU within a stage is interpolated by steps. ``sft_run``: the arm
+    whose SFT model this one starts from (``bench_methods.py``'s arms borrow one), else its own."""
     from training.runner import checkpoint_eval
 
     s, d = summary(home, arm, seed), run_dir(home, arm, seed)
     note = json.loads((d / "chain.json").read_text()).get("notes", {}).get("measure") or [{}]
     start_rollouts = float((note[0].get("rollout") or {}).get("samples_generated", 0) or 0)
     start_cpu = step_cpu(s, "measure")
-    sft = rate(table(home, arm, seed, "sft"))
+    sft = rate(table(home, sft_run or arm, seed, "sft"))
     pts = [(0.0, 0.0, sft), (start_rollouts, start_cpu, sft)]  # the SFT model needs no rollouts
     rollouts, cpu = start_rollouts, start_cpu
     for rec in (r for r in json.loads((d / "chain.json").read_text())["steps"] if "rl_steps" in r):
@@ -302,12 +303,15 @@ def curve(home: Path, arm: str, seed: int) -> list[tuple[float, float, float]]:
     return sorted(pts)
 
 
-def to_target(home: Path, seed: int, arm: str = "curated", target: str = "raw") -> dict[str, Any] | None:
+def to_target(
+    home: Path, seed: int, arm: str = "curated", target: str = "raw", sft_run: str | None = None
+) -> dict[str, Any] | None:
     """Rollouts and CPU-seconds ``arm`` needed to reach ``target``'s final held-out pass@1 (linear between
-    evaluations; a run's ``measure`` counted first), against the target's own; None if a run is missing."""
+    evaluations; a run's ``measure`` counted first), against the target's own; None if a run is missing.
+    ``sft_run``: the arm whose SFT model ``arm`` starts from, where it borrowed one (``curve``)."""
     if not (finished(home, arm, seed) and finished(home, target, seed)):
         return None
-    goal, mine = curve(home, target, seed), curve(home, arm, seed)
+    goal, mine = curve(home, target, seed), curve(home, arm, seed, sft_run)
     out: dict[str, Any] = {"target": goal[-1][2], "target_rollouts": goal[-1][0], "target_cpu_s": goal[-1][1]}
     for (x0, c0, y0), (x1, c1, y1) in itertools.pairwise(mine):
         if y1 >= out["target"]:

@@ -195,7 +195,7 @@ def arm_rows(home: Path, arm: str, seeds: list[int], cpu: dict[str, float], spli
         rows[when] = {"per_seed": gains, "pooled": pooled(list(gains.values()))}
     for seed in (s for s in seeds if finished(home, arm, s)):
         rows["per_seed"][seed] = {**figures(home, arm, seed), "cpu_s": cpu.get(f"{arm}-seed{seed}"),
-                                  "to_curated_end": to_target(home, seed, arm, "curated"),
+                                  "to_curated_end": to_target(home, seed, arm, "curated", sft_arm(arm)),
                                   "command": " ".join(commands(arm, home, seed)[1:])}  # fmt: skip
     if arm == "nodecon":
         for name, keep in split.items():
