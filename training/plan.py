@@ -38,13 +38,15 @@ from training.rl import RLConfig
 
 @dataclass(frozen=True)
 class StagePlan:
-    """One RL stage ready to train: its name, shard, row count and its validated ``RLConfig``."""
+    """One RL stage ready to train: its name, shard, row count and its validated ``RLConfig``; ``parallel``: the
+    plan marks it an independent run from the base model (CoScale-RL's difficulty groups, ``bands``)."""
 
     index: int
     name: str
     shard: Path
     rows: int
     rl: RLConfig
+    parallel: bool = False
 
     @property
     def folder(self) -> str:
@@ -116,8 +118,24 @@ def rl_stages(
             raise ConfigError(f"plan stage {name!r} has no shard")
         layers = (_plan_values(entry, fields, scale), per_stage.get(name), run)
         cfg = stage_rl(base or RLConfig(), *layers, where=f"stages.{name}")
-        out.append(StagePlan(i, name, Path(plan_dir) / entry["shard"], int(entry.get("rows") or 0), cfg))
+        rows = int(entry.get("rows") or 0)
+        out.append(StagePlan(i, name, Path(plan_dir) / entry["shard"], rows, cfg, bool(entry.get("parallel"))))
     return out
+
+
+def sequential_note(stages: Sequence[StagePlan]) -> str | None:
+    """What ``training run`` does with stages its plan marks parallel (a ``bands`` plan): CoScale-RL runs each
+    difficulty group from the base model and doubles a group's N on a plateau (``curate.curriculum.rules``); the
+    chain trains the stages one after another, each from the previous stage's model, at its planned N. None when no
+    stage is marked parallel."""
+    parallel = [s.name for s in stages if s.parallel]
+    if not parallel:
+        return None
+    return (
+        f"plan stages {parallel} are marked independent runs from the base model (CoScale-RL's groups); "
+        "training run trains them one after another, each from the previous stage's model, at its planned N "
+        "(no doubling of N on a plateau)"
+    )
 
 
 def single_stage(

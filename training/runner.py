@@ -91,7 +91,7 @@ from training.chain import (
 )
 from training.coscale import coscale_measure, coscale_sft, coscale_solutions, coscale_stages
 from training.packaged import model_folder, packaged_name
-from training.plan import StagePlan, rl_step_name
+from training.plan import StagePlan, rl_step_name, sequential_note
 from training.recipe import RunRecipe, resolve_path, stage_rl
 
 
@@ -614,6 +614,8 @@ def _rl_passes(run: Run, step: Call, state: ChainState) -> ChainState:
     CoScale iterations while ``decide.coscale_iterations`` allows."""
     recipe = run.recipe
     stages = run.stages()
+    if note := sequential_note(stages):
+        run.echo(f"[chain] note: {note}")
     while True:
         for stage in stages if state.iteration == 0 else coscale_stages(run, state):
             name = rl_step_name(stage, state.iteration)

@@ -13,7 +13,7 @@ import yaml
 
 from curate.errors import ConfigError
 from tests.tiny_chain import write_tiny_chain
-from training.plan import rl_stages
+from training.plan import rl_stages, sequential_note
 from training.recipe import PlanScale, load_recipe
 from training.rl import RLConfig
 from training.runner import decision
@@ -50,6 +50,14 @@ def test_plan_stages_follow_the_plan_scaled_and_overridden_in_order():
     assert one.learning_rate == 1e-4  # lr not in fields: the recipe's, not the 1.5B plan's
     assert one.epsilon_high == 5.0  # cispo's explicit cap
     assert stages[0].shard == Path("cur/stage1.parquet")
+
+
+def test_a_run_says_it_trains_a_plans_parallel_groups_one_after_another():
+    assert sequential_note(rl_stages(PLAN, Path("c"))) is None  # FastCuRL's stages are sequential by design
+    bands = {"stages": [{**st, "parallel": True, "init_from": "base"} for st in PLAN["stages"]]}
+    stages = rl_stages(bands, Path("c"))
+    assert [s.parallel for s in stages] == [True, True]
+    assert "['stage1', 'stage2']" in sequential_note(stages) and "one after another" in sequential_note(stages)
 
 
 def test_plan_errors_fail_before_any_training():
