@@ -97,8 +97,8 @@ def commands(arm: str, home: Path, seed: int) -> list[str]:
 
 
 def run_all(home: Path, arms: list[str], seeds: list[int], jobs: int) -> dict[str, float]:
-    """Every (arm, seed) not finished, ``jobs`` at once, each once its seed's curated run (``bench_curation.py``,
-    which may be running beside this) has finished."""
+    """Every (arm, seed) not finished, ``jobs`` at once, each once the ``bench_curation.py`` run of its seed whose SFT
+    model it starts from (``sft_arm``; that script may be running beside this) has finished."""
     todo = [(a, s) for a in arms for s in seeds if not finished(home, a, s)]  # arm by arm: a cut grid has whole arms
     running: dict[int, tuple[str, int, float]] = {}
     cpu: dict[str, float] = {}
@@ -107,7 +107,7 @@ def run_all(home: Path, arms: list[str], seeds: list[int], jobs: int) -> dict[st
     while todo or running:
         ready = [(a, s) for a, s in todo if finished(home, sft_arm(a), s)]
         if not ready and not running:
-            print(f"[{time.strftime('%H:%M:%S')}] waiting for the curated runs of seeds "
+            print(f"[{time.strftime('%H:%M:%S')}] waiting for bench_curation.py's runs of seeds "
                   f"{sorted({s for _, s in todo})} (bench_curation.py)", flush=True)  # fmt: skip
             time.sleep(60)
             continue
