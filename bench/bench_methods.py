@@ -222,6 +222,10 @@ def report(home: Path, arms: list[str], seeds: list[int], cpu: dict[str, float])
     results: dict[str, Any] = {"arms": {}, "fit": [], "per_token": {}}
     print(f"\n== every arm minus the curated arm (held-out pass@1, {test.height} problems x 4 at T=0.6, paired)")
     print("arm        | claim              | early (10 steps)         | end (40 steps)           | kept  | trunc")
+    base = results["curated"] = [figures(home, "curated", s) for s in seeds if finished(home, "curated", s)]
+    if base:  # the reference's own kept-group fraction and truncation, for the columns below
+        kept, trunc = (sum(f[k] for f in base) / len(base) for k in ("kept_group_frac", "truncation_rate"))
+        print(f"{'curated':<10} | {'(the reference)':<18} | {'':<24} | {'':<24} | {kept:.3f} | {trunc:.3f}")
     for arm in arms:
         rows = results["arms"][arm] = arm_rows(home, arm, seeds, cpu, split)
         figs = list(rows["per_seed"].values()) or [{"kept_group_frac": float("nan"), "truncation_rate": float("nan")}]
