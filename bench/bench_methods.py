@@ -108,7 +108,7 @@ def run_all(home: Path, arms: list[str], seeds: list[int], jobs: int) -> dict[st
         ready = [(a, s) for a, s in todo if finished(home, sft_arm(a), s)]
         if not ready and not running:
             print(f"[{time.strftime('%H:%M:%S')}] waiting for bench_curation.py's runs of seeds "
-                  f"{sorted({s for _, s in todo})} (bench_curation.py)", flush=True)  # fmt: skip
+                  f"{sorted({s for _, s in todo})}", flush=True)  # fmt: skip
             time.sleep(60)
             continue
         while ready and len(running) < jobs:
@@ -147,9 +147,8 @@ def at_tokens(home: Path, arm: str, seed: int, budgets: tuple[float, ...]) -> li
     from training.evaluate import read_eval
 
     ev = read_eval(run_dir(home, arm, seed)).sort("compute")
-    sft_run = "curated" if arm == "curated" else sft_arm(arm)
     xs = [0.0, *ev["compute"].to_list()]
-    ys = [rate(table(home, sft_run, seed, "sft")), *ev["pass_at_1"].to_list()]
+    ys = [rate(table(home, sft_arm(arm), seed, "sft")), *ev["pass_at_1"].to_list()]
     return [float(np.interp(b, xs, ys, right=np.nan)) for b in budgets]
 
 
@@ -164,7 +163,7 @@ def fit_first_half(home: Path, seed: int, arm: str = "curated") -> dict[str, Any
     ev = read_eval(run_dir(home, arm, seed)).sort("step")
     if ev.height < 4:
         return None
-    r0 = rate(table(home, arm if arm == "curated" else "curated", seed, "sft"))
+    r0 = rate(table(home, sft_arm(arm), seed, "sft"))
     end = ev.row(-1, named=True)
     half = ev.filter(pl.col("compute") <= end["compute"] / 2)
     flat = half.row(-1, named=True)["pass_at_1"]
@@ -215,6 +214,14 @@ def print_fit(f: dict[str, Any]) -> None:
           f"{f['flat_error']:+.3f})")  # fmt: skip
 
 
+def kept_and_truncation(figs: list[dict[str, Any]]) -> tuple[float, float]:
+    """The mean kept-group fraction and truncation rate over runs' ``figures`` (NaN without any run)."""
+    if not figs:
+        return float("nan"), float("nan")
+    n = len(figs)
+    return sum(f["kept_group_frac"] for f in figs) / n, sum(f["truncation_rate"] for f in figs) / n
+
+
 def report(home: Path, arms: list[str], seeds: list[int], cpu: dict[str, float]) -> dict[str, Any]:
     """Every arm against the curated arm, per seed and pooled; FastCuRL per token; the fit. Prints, returns all."""
     test, leaked = held_out(home)
@@ -224,13 +231,11 @@ def report(home: Path, arms: list[str], seeds: list[int], cpu: dict[str, float])
     print("arm        | claim              | early (10 steps)         | end (40 steps)           | kept  | trunc")
     base = results["curated"] = [figures(home, "curated", s) for s in seeds if finished(home, "curated", s)]
     if base:  # the reference's own kept-group fraction and truncation, for the columns below
-        kept, trunc = (sum(f[k] for f in base) / len(base) for k in ("kept_group_frac", "truncation_rate"))
+        kept, trunc = kept_and_truncation(base)
         print(f"{'curated':<10} | {'(the reference)':<18} | {'':<24} | {'':<24} | {kept:.3f} | {trunc:.3f}")
     for arm in arms:
         rows = results["arms"][arm] = arm_rows(home, arm, seeds, cpu, split)
-        figs = list(rows["per_seed"].values()) or [{"kept_group_frac": float("nan"), "truncation_rate": float("nan")}]
-        kept = sum(f["kept_group_frac"] for f in figs) / len(figs)
-        trunc = sum(f["truncation_rate"] for f in figs) / len(figs)
+        kept, trunc = kept_and_truncation(list(rows["per_seed"].values()))
         print(f"{arm:<10} | {rows['claim']:<18} | {fmt(rows['early']['pooled']):<24} | "
               f"{fmt(rows['end']['pooled']):<24} | {kept:.3f} | {trunc:.3f}")  # fmt: skip
         for name in ("leaked", "clean"):
