@@ -507,7 +507,7 @@ def generate(
 
 
 INTEGER_OPTIONS = {"n", "seed", "min_level", "max_level", "min_ops", "max_ops", "leak_seed", "leak_n", "leak_min_ops",
-                   "leak_max_ops"}  # fmt: skip
+                   "leak_max_ops", "teacher_methods", "teacher_k"}  # fmt: skip
 
 
 def parse_uri(uri: str) -> dict:

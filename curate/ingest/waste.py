@@ -19,11 +19,18 @@ the built-in recipe (``datasets/tiny/recipe.yaml``) puts the source of each rate
   this source's family, levels and operators, and chains of ``leak_min_ops``-``leak_max_ops`` operations, by
   default this source's: what the recipe's test source draws), a copy for exactly this share of them (rounded),
   spread through the source.
-- ``teacher_error``: the source's solutions are one teacher trace per problem (instead of the generator's reference
-  solutions; ``solution`` too, as in a distilled set), and this share of them is wrong, of three kinds drawn
-  equally (arithmetic chains only): ``slip`` (one step's result off by one, carried to the end: a computing
-  error), ``skip`` (one operation left out: a reasoning leap), ``early`` (stopped one operation early, the
-  intermediate value boxed: a premature answer).
+- ``teacher_error``: the source's solutions are teacher traces (instead of the generator's reference solutions;
+  ``solution`` too, as in a distilled set), and this share of them is wrong, each trace on its own draw, of its
+  method's kinds (``METHOD_KINDS``; arithmetic chains only): ``slip`` (one step's result off by one, carried to
+  the end: a computing error), ``skip`` (one operation left out: a reasoning leap), ``early`` (stopped one
+  operation early, the intermediate value boxed: a premature answer) and, for the method that rewrites the
+  expression, ``copy`` (an operand miscopied while rewriting, the rest computed with it: a transcription error).
+- ``teacher_methods`` (1-4) and ``teacher_k`` (1 to ``teacher_methods``): the teacher writes in the first
+  ``teacher_methods`` of the generator's arithmetic methods (``METHODS``: the step list, a running total in words,
+  the expression rewritten one operation at a time, one paragraph of sentences), ``teacher_k`` traces per problem,
+  each in a different method drawn at random, each wrong on its own draw. A distilled set with several solutions
+  per problem (CoScale-RL's K) is such a teacher; so is a teacher whose traces mix styles, which a small student
+  executes with different reliability (arXiv 2502.12143). The defaults (1, 1) are one step list per problem.
 
 What each row is, is recorded in ``waste`` (its kinds, the true answer of a wrong gold, the copied problem's id):
 ground truth for measuring what curation removed (``bench/bench_curation.py``). No stage reads it.
@@ -48,6 +55,9 @@ from curate.errors import InputError
 
 GOLD_KINDS = ("early", "slip", "typo")
 TRACE_KINDS = ("slip", "skip", "early")
+METHODS = ("steps", "total", "rewrite", "prose")  # the generator's arith solutions, in its order (generate._arith)
+METHOD_KINDS = {"steps": TRACE_KINDS, "total": TRACE_KINDS, "rewrite": ("slip", "copy", "early"),
+                "prose": TRACE_KINDS}  # fmt: skip
 REWORDINGS = ("Evaluate ${e}$.", "What is ${e}$?", "Find the value of ${e}$.", "Calculate ${e}$.")
 _STEP = re.compile(r"^(Add|Subtract|Multiply by) \$(\d+)\$: ")
 _START = re.compile(r"^Start with \$(-?\d+)\$\.$")
@@ -67,19 +77,33 @@ class Waste:
     leak_min_ops: int | None = None
     leak_max_ops: int | None = None
     teacher_error: float = 0.0
+    teacher_methods: int = 1
+    teacher_k: int = 1
 
     def __post_init__(self) -> None:
         for name in ("wrong_gold", "duplicates", "near_duplicates", "conflicts", "leak", "teacher_error"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise InputError(f"{name} must be a share in [0, 1], got {getattr(self, name)}")
+        if not 1 <= self.teacher_methods <= len(METHODS):
+            raise InputError(f"teacher_methods must be 1-{len(METHODS)} (of {', '.join(METHODS)}), "
+                             f"got {self.teacher_methods}")  # fmt: skip
+        if not 1 <= self.teacher_k <= self.teacher_methods:
+            raise InputError(f"teacher_k must be 1-teacher_methods ({self.teacher_methods}): each of a problem's "
+                             f"traces is in another method, got {self.teacher_k}")  # fmt: skip
         if self.leak_n < 0:
             raise InputError(f"leak_n must be >= 0, got {self.leak_n}")
         if self.leak and not self.leak_n:
             raise InputError("leak needs leak_n (and leak_seed): the evaluation stream whose problems are copied")
 
     @property
+    def teacher(self) -> bool:
+        """Whether the solutions are teacher traces (``_with_teacher``) rather than the generator's references."""
+        return bool(self.teacher_error) or self.teacher_methods > 1 or self.teacher_k > 1
+
+    @property
     def active(self) -> bool:
-        return any(getattr(self, f.name) for f in fields(self) if not f.name.startswith("leak_"))
+        shares = (f.name for f in fields(self) if not f.name.startswith(("leak_", "teacher_")))
+        return any(getattr(self, name) for name in shares) or self.teacher
 
 
 OPTIONS = {f.name for f in fields(Waste)}
@@ -102,35 +126,71 @@ def steps(solution: str) -> tuple[int, list[tuple[str, int]]] | None:
     return int(start.group(1)), [(sym[m.group(1)], int(m.group(2))) for m in ops]
 
 
+def _values(start: int, ops: list[tuple[str, int]], slip: tuple[int, int] | None = None) -> list[int]:
+    """The running values of ``start`` and ``ops`` (``values[0] == start``); ``slip = (k, d)`` adds ``d`` to step
+    ``k``'s result and carries it on (a computing error)."""
+    values = [start]
+    for k, (op, b) in enumerate(ops):
+        value = values[-1]
+        new = value * b if op == "*" else value + b if op == "+" else value - b
+        values.append(new + (slip[1] if slip is not None and slip[0] == k else 0))
+    return values
+
+
 def step_list(start: int, ops: list[tuple[str, int]], slip: tuple[int, int] | None = None) -> tuple[str, int]:
     """The generator's step list for ``start`` and ``ops`` (same wording, ``_arith``), and its final value;
     ``slip = (k, d)`` adds ``d`` to step ``k``'s result and carries it on (a computing error)."""
-    value, lines = start, [f"Start with ${start}$."]
-    for k, (op, b) in enumerate(ops):
-        new = value * b if op == "*" else value + b if op == "+" else value - b
-        if slip is not None and slip[0] == k:
-            new += slip[1]
+    values = _values(start, ops, slip)
+    return render("steps", start, ops, values), values[-1]
+
+
+def render(method: str, start: int, ops: list[tuple[str, int]], values: list[int]) -> str:
+    """A trace in ``method`` (``METHODS``) that claims ``values`` for ``start`` and ``ops``: the generator's own
+    wording (``curate.ingest.generate._arith`` and ``_arith_alternatives``), byte for byte when the values are
+    right."""
+    from curate.ingest.generate import _arith_alternatives
+
+    if method != "steps":
+        return _arith_alternatives(start, ops, values)[METHODS.index(method) - 1]
+    lines = [f"Start with ${start}$."]
+    for (op, b), value, new in zip(ops, values[:-1], values[1:], strict=True):
         if op == "*":
             lines.append(f"Multiply by ${b}$: ${value} \\times {b} = {new}$.")
         else:
             lines.append(f"{'Add' if op == '+' else 'Subtract'} ${b}$: ${value} {op} {b} = {new}$.")
-        value = new
-    lines.append(f"The result is $\\boxed{{{value}}}$.")
-    return "\n".join(lines), value
+    lines.append(f"The result is $\\boxed{{{values[-1]}}}$.")
+    return "\n".join(lines)
 
 
-def teacher_trace(solution: str, kind: str, rng: random.Random) -> str | None:
-    """A wrong version of a step list (``TRACE_KINDS``); None when ``solution`` is not one (other families)."""
+def method_trace(start: int, ops: list[tuple[str, int]], method: str, kind: str | None, rng: random.Random) -> str:
+    """A teacher's trace in ``method``: right when ``kind`` is None, else wrong in that way (``METHOD_KINDS``).
+    A wrong rewrite still opens with the problem's own expression: its error comes in the rewriting."""
+    k = rng.randrange(len(ops)) if kind else 0
+    used, slip = list(ops), None
+    if kind == "slip":
+        slip = (k, rng.choice((-1, 1)))
+    elif kind == "skip" and len(ops) > 1:
+        used = ops[:k] + ops[k + 1 :]
+    elif kind == "copy":  # operand k miscopied (off by one, never 0) from the line that rewrites step k on
+        op, b = ops[k]
+        used[k] = (op, b + 1 if b <= 2 or rng.random() < 0.5 else b - 1)
+    elif kind is not None:  # early (and a 1-operation skip): the value before the last operation
+        used = ops[:-1]
+    text = render(method, start, used, _values(start, used, slip))
+    if method == "rewrite" and kind is not None:  # the second line is the expression as the problem writes it
+        lines = text.split("\n")
+        lines[1] = render("rewrite", start, ops, _values(start, ops)).split("\n")[1]
+        text = "\n".join(lines)
+    return text
+
+
+def teacher_trace(solution: str, kind: str, rng: random.Random, method: str = "steps") -> str | None:
+    """A wrong version of a step list's problem in ``method`` (``kind`` from ``METHOD_KINDS[method]``); None when
+    ``solution`` is not a step list (other families)."""
     parsed = steps(solution)
     if parsed is None:
         return None
-    start, ops = parsed
-    k = rng.randrange(len(ops))
-    if kind == "slip":
-        return step_list(start, ops, (k, rng.choice((-1, 1))))[0]
-    if kind == "skip" and len(ops) > 1:
-        return step_list(start, ops[:k] + ops[k + 1 :])[0]
-    return step_list(start, ops[:-1])[0]  # early (and a 1-operation skip): the value before the last operation
+    return method_trace(*parsed, method, kind, rng)
 
 
 # --------------------------------------------------------------------------------------------------- answers
@@ -172,16 +232,30 @@ def _with_gold(row: dict, rng: random.Random, kinds: tuple[str, ...]) -> dict:
     return {**row, "answer": wrong, "waste": {**row.get("waste", {}), "gold": {"kind": kind, "true": true}}}
 
 
-def _with_teacher(row: dict, share: float, rng: random.Random) -> dict:
-    """One teacher trace per problem: the step list, or (``share`` of them) a wrong one."""
-    trace, kind = row["solution"], None
-    if rng.random() < share:
-        kind = rng.choice(TRACE_KINDS)
-        trace = teacher_trace(row["solution"], kind, rng) or trace
-        kind = kind if trace != row["solution"] else None
-    out = {**row, "solution": trace, "solutions": [trace]}  # a distilled set's solution column is the teacher's
-    if kind:
-        out["waste"] = {**row.get("waste", {}), "trace": kind}
+def _with_teacher(row: dict, waste: Waste, rng: random.Random) -> dict:
+    """The teacher's ``teacher_k`` traces of a problem, each in another of its first ``teacher_methods`` methods
+    (the step list alone by default), each wrong with chance ``teacher_error`` in one of its method's ways. Other
+    families than arith keep their reference solution (the teacher's errors are arithmetic ones)."""
+    parsed = steps(row["solution"])
+    if parsed is None:
+        return {**row, "solutions": [row["solution"]]}
+    methods = list(METHODS[: waste.teacher_methods])
+    if waste.teacher_methods > 1 or waste.teacher_k > 1:
+        methods = rng.sample(methods, waste.teacher_k)
+    traces, kinds = [], []
+    for method in methods:
+        kind = rng.choice(METHOD_KINDS[method]) if rng.random() < waste.teacher_error else None
+        trace = method_trace(*parsed, method, kind, rng)
+        if kind and trace == method_trace(*parsed, method, None, rng):
+            kind = None  # a 1-operation skip of nothing: the trace came out right
+        traces.append(trace)
+        kinds.append(kind)
+    out = {**row, "solution": traces[0], "solutions": traces}  # a distilled set's solution column is the teacher's
+    extra: dict = {"methods": methods} if len(METHODS[: waste.teacher_methods]) > 1 else {}
+    if any(kinds):
+        extra["trace"] = kinds[0] if len(kinds) == 1 else kinds
+    if extra:
+        out["waste"] = {**row.get("waste", {}), **extra}
     return out
 
 
@@ -218,7 +292,7 @@ def apply(
     leaks = _leaks(waste, seed, len(base), leak_stream) if waste.leak and base else {}
 
     def teach(row: dict, key: object) -> dict:
-        return _with_teacher(row, waste.teacher_error, _rng("teacher", seed, key)) if waste.teacher_error else row
+        return _with_teacher(row, waste, _rng("teacher", seed, key)) if waste.teacher else row
 
     clean: list[dict] = []
     for i, row in enumerate(base):

@@ -65,6 +65,46 @@ def test_teacher_traces_one_per_problem_and_the_wrong_ones_fail_the_checker():
         assert steps(r["solutions"][0]) is not None  # still a well-formed step list: a slip, not garbage
 
 
+def test_a_teacher_of_k_methods_writes_k_distinct_traces_each_with_its_methods_own_errors():
+    """Issue 37: K traces per problem, each in another of the generator's methods, each wrong on its own draw in a way
+    its method makes (the rewrite method miscopies operands; the others skip, slip and stop early), and every wrong
+    one fails the checker while every right one is the generator's own reference text."""
+    from curate.ingest.waste import METHOD_KINDS, METHODS
+
+    rows = list(generate(400, seed=4, **ARITH, teacher_error=0.3, teacher_methods=4, teacher_k=3))
+    verdicts = iter(
+        verify.check_batch(
+            [t for r in rows for t in r["solutions"]], [r["answer"] for r in rows for _ in r["solutions"]]
+        )
+    )
+    kinds: dict[str, set[str]] = {m: set() for m in METHODS}
+    for r in rows:
+        methods, wrong = r["waste"]["methods"], r["waste"].get("trace") or [None] * 3
+        assert len(r["solutions"]) == len(set(r["solutions"])) == len(set(methods)) == 3
+        assert r["solution"] == r["solutions"][0]
+        for method, kind in zip(methods, wrong, strict=True):
+            assert next(verdicts).correct == (kind is None), (method, kind, r)
+            if kind:
+                kinds[method].add(kind)
+    for method in METHODS:
+        assert kinds[method] == set(METHOD_KINDS[method]), method  # each method's own kinds, all of them
+    assert "copy" in kinds["rewrite"] and "copy" not in kinds["steps"]
+
+
+def test_a_teacher_of_several_methods_writes_the_generators_own_text_when_right():
+    from curate.ingest.generate import generate_problem
+
+    rows = list(generate(200, seed=6, **ARITH, teacher_methods=4))  # one trace per problem, no errors
+    used = set()
+    for i, r in enumerate(rows):
+        reference = generate_problem(i, seed=6, **ARITH)["solutions"]
+        assert r["solutions"][0] in reference and len(r["solutions"]) == 1
+        used.add(r["waste"]["methods"][0])
+    assert used == {"steps", "total", "rewrite", "prose"}  # drawn at random among the four
+    with pytest.raises(InputError, match="teacher_k"):
+        list(generate(10, seed=6, **ARITH, teacher_methods=2, teacher_k=3))
+
+
 def test_copies_duplicates_conflicts_and_leaks_say_what_they_copy():
     from curate.ingest.generate import generate_problem
 
