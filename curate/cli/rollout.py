@@ -26,6 +26,9 @@ def rollout(
     backend: Annotated[str, typer.Option(help="Generation backend: hf, vllm or openai.")] = "hf",
     n: Annotated[int, typer.Option("--n", help="Samples per problem (sample_idx 0..n-1).")] = 8,
     limit: Annotated[int | None, typer.Option(help="Only the first K problems by problem_id.")] = None,
+    selection: Annotated[
+        str | None, typer.Option(help="Only the problems of this selection (fresh samples of it: raise --n).")
+    ] = None,
     only_unsolved: Annotated[
         bool, typer.Option("--only-unsolved", help="Skip problems this model already solved in an earlier run.")
     ] = False,
@@ -81,6 +84,7 @@ def rollout(
         instruction=DEFAULT_INSTRUCTION if instruction is None else instruction,
         splits=tuple(split or ("train",)),
         limit=limit,
+        selection=selection,
         only_unsolved=only_unsolved,
         shard_size=shard_size,
         data_parallel_size=dp_size,
@@ -163,6 +167,34 @@ def import_generations(
     emit(payload, as_json, _render_import)
 
 
+def headroom(
+    pool: Pool,
+    model: Annotated[str, typer.Option("--model", "-m", help="The ledger model (HF id or model folder).")],
+    n: Annotated[int, typer.Option("--n", help="Rollouts per prompt the report reads (the first n of each).")] = 8,
+    k: Annotated[int | None, typer.Option("--k", help="pass@k at this k (default: n).")] = None,
+    by: Annotated[
+        str | None, typer.Option(help="Bands: a problems column or meta.<key> (meta.ops), or des (bins of 0.1).")
+    ] = None,
+    source: Annotated[list[str] | None, typer.Option(help="Only problems of these ingest sources.")] = None,
+    out_dir: Annotated[
+        str | None, typer.Option("--out", help="Write headroom.parquet, .json, .png and the tables here.")
+    ] = None,
+    home: Home = None,
+    as_json: Json = False,
+) -> None:
+    """What RL can still sharpen, before any RL step: per band and pass-rate bucket, pass@1, pass@k, the share of
+    prompts in the middle (0 < p < 1), the ceiling (pass@k - pass@1), where each prompt belongs (RL, SFT, nowhere),
+    and the suspected wrong golds, from the ledger's rollouts of MODEL on POOL.
+    """
+    from curate.score import headroom as headroom_mod
+
+    rep = headroom_mod.pool_report(workspace(home), pool, model, n=n, k=k, by=by, sources=source)
+    payload = headroom_mod.summary(rep)
+    if out_dir:
+        payload["files"] = headroom_mod.write_report(rep, out_dir)
+    emit(payload, as_json, lambda _: [out.print(line, highlight=False) for line in headroom_mod.lines(rep)])
+
+
 # --------------------------------------------------------------------------------------------------- rendering
 def _render_result(payload: dict) -> None:
 
@@ -222,3 +254,4 @@ def register(app: typer.Typer) -> None:
     app.command()(rollout)
     app.command()(stats)
     app.command("import-generations")(import_generations)
+    app.command()(headroom)

@@ -51,6 +51,7 @@ import polars as pl
 from curate import config as config_mod
 from curate import io, prompts, verify
 from curate import schema as S
+from curate.errors import MissingInput
 from curate.locks import lock_timeout
 from curate.manifest import manifest_path as folder_manifest_path
 from curate.progress import bar
@@ -76,7 +77,9 @@ class RolloutConfig:
     temperature / top_p / max_tokens / seed: sampling, recorded on every ledger row; temperature 0 is greedy.
     instruction: appended to the problem in the user turn of the chat template.
     splits: which problems to sample (test problems are evaluation sets). sources: only problems first read from
-    these ingest sources (None: all). limit: first K problems by problem_id. run_tag: prefix of the job's run id;
+    these ingest sources (None: all). selection: only the problems of this selection (``selections/<name>/``:
+    re-sampling a selection with fresh rollouts, which ``curate headroom`` and ``training run``'s ``measure``
+    forecast its waste from). limit: first K problems by problem_id. run_tag: prefix of the job's run id;
     ``chain`` marks the rollouts a ``training run`` makes of its own models (they count as training rollouts for
     ``curate score``, see ``score.evidence.training_rollouts``).
     only_unsolved: skip problems the ledger already shows solved by this model (in an earlier run).
@@ -97,6 +100,7 @@ class RolloutConfig:
     instruction: str = DEFAULT_INSTRUCTION
     splits: tuple[str, ...] = ("train",)
     sources: tuple[str, ...] | None = None
+    selection: str | None = None
     run_tag: str = "r"
     limit: int | None = None
     only_unsolved: bool = False
@@ -229,6 +233,13 @@ def candidates(ws: io.Workspace, pool: str, cfg: RolloutConfig) -> tuple[pl.Data
         before = keep.height
         keep = keep.filter(pl.col(S.SOURCE).is_in(list(cfg.sources)))
         excluded["other_source"] = before - keep.height
+    if cfg.selection is not None:
+        path = ws.selection_dir(cfg.selection) / "selection.parquet"
+        if not path.is_file():
+            raise MissingInput(f"rollout.selection: selection {cfg.selection!r} not found at {path}")
+        before = keep.height
+        keep = keep.join(pl.read_parquet(path, columns=[S.PROBLEM_ID]), on=S.PROBLEM_ID, how="semi")
+        excluded["other_selection"] = before - keep.height
     if cfg.only_unsolved:
         led = ledger.read(ws, pool, cfg.model, columns=[S.CORRECT, S.RUN_ID])
         solved = led.filter(pl.col(S.CORRECT).fill_null(False) & (pl.col(S.RUN_ID) != run_id(cfg)))

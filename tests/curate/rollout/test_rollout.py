@@ -196,6 +196,29 @@ def test_only_unsolved_and_limit(ws, tiny):
     assert limited.height == 2 and excluded["limit"] == keep.height - 2
 
 
+@pytest.mark.slow
+def test_selection_restricts_the_job_and_a_larger_n_draws_only_fresh_samples(ws, tiny):
+    """``rollout.selection`` (issue 36): re-sampling a selection adds indices n..2n-1 for its problems only, the
+    fresh samples ``curate.score.headroom.fresh_forecast`` reads; a missing selection is one clear error."""
+    from curate.errors import MissingInput
+
+    path, problems = tiny
+    make_pool(ws, problems[:6])
+    cfg = config(path)
+    rollout.rollout(ws, POOL, cfg)
+    chosen = sorted(ledger.read(ws, POOL, str(path))[S.PROBLEM_ID].unique().to_list())[:2]
+    ws.selection_dir("pick").mkdir(parents=True)
+    pl.DataFrame({S.PROBLEM_ID: chosen}).write_parquet(ws.selection_dir("pick") / "selection.parquet")
+    keep, excluded = rollout.candidates(ws, POOL, dataclasses.replace(cfg, selection="pick"))
+    assert keep[S.PROBLEM_ID].to_list() == chosen and excluded["other_selection"] == 4
+    rollout.rollout(ws, POOL, dataclasses.replace(cfg, selection="pick", n=4))
+    rows = ledger.read(ws, POOL, str(path))
+    fresh = rows.filter(pl.col(S.SAMPLE_IDX) >= 2)
+    assert sorted(fresh[S.PROBLEM_ID].unique().to_list()) == chosen and fresh.height == 2 * 2
+    with pytest.raises(MissingInput, match="selection 'nope' not found"):
+        rollout.candidates(ws, POOL, dataclasses.replace(cfg, selection="nope"))
+
+
 def test_duplicate_part_is_deduplicated_on_read(ws, tiny):
     path, problems = tiny
     make_pool(ws, problems[:3])

@@ -1,0 +1,110 @@
+"""The headroom report (``curate.score.headroom``, issue 36): on a synthetic ledger whose pass rates are known, the
+bands and buckets say where each prompt belongs, suspected wrong golds are named with their reason, and the
+zero-variance forecast from fresh samples of a selection lands on the truth where the selection's own rollouts miss
+it."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import polars as pl
+import pytest
+
+from curate import schema as S
+from curate.score import headroom
+from curate.score.forecast import forecast
+
+
+def _ledger(rates: dict[str, float], n: int, seed: int = 0, wrong: dict[str, str] | None = None) -> pl.DataFrame:
+    """``n`` samples of each prompt, right with its rate; a wrong sample answers ``wrong[pid]`` (a consensus) or a
+    scattered number."""
+    rng = random.Random(seed)
+    rows = []
+    for pid, p in rates.items():
+        for j in range(n):
+            ok = rng.random() < p
+            other = (wrong or {}).get(pid) or str(rng.randrange(1000))
+            rows.append({S.PROBLEM_ID: pid, S.SAMPLE_IDX: j, S.CORRECT: ok, S.EXTRACTED_ANSWER: "1" if ok else other})
+    return pl.DataFrame(rows)
+
+
+def _problems(ops: dict[str, int]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            S.PROBLEM_ID: list(ops),
+            S.ANSWER: ["1"] * len(ops),
+            S.SOLUTION: ["reference"] * len(ops),
+            S.META: [json.dumps({"ops": v}) for v in ops.values()],
+        }
+    )
+
+
+def test_bands_and_buckets_of_known_pass_rates():
+    rates = {f"a{i}": 1.0 for i in range(10)} | {f"m{i}": 0.5 for i in range(20)} | {f"z{i}": 0.0 for i in range(10)}
+    ops = {pid: 1 if pid[0] == "a" else 4 if pid[0] == "m" else 8 for pid in rates}
+    problems = _problems(ops)
+    ok = problems.select(S.PROBLEM_ID, pl.Series("reference_ok", [pid != "z0" for pid in rates]))
+    rep = headroom.report(_ledger(rates, 16), problems, n=8, by="meta.ops", reference_ok=ok)
+    bands = {r["band"]: r for r in rep["bands"].to_dicts()}
+    assert bands["1"]["pass_at_1"] == bands["1"]["pass_at_k"] == 1.0 and bands["1"]["nowhere"] == 10
+    assert bands["8"]["pass_at_1"] == bands["8"]["pass_at_k"] == 0.0
+    assert bands["8"]["sft"] == 9 and bands["8"]["unsolved"] == 1  # p = 0: SFT only with a verified solution
+    middle = bands["4"]
+    assert middle["middle_share"] == 1.0 and middle["rl"] == 20  # 0.5 at 8 samples: never all-equal here
+    assert 0.3 < middle["pass_at_1"] < 0.7 and middle["pass_at_k"] == 1.0
+    assert middle["ceiling"] == pytest.approx(middle["pass_at_k"] - middle["pass_at_1"])
+    assert bands["all"]["prompts"] == 40 and bands["all"]["middle_share"] == 0.5
+    buckets = {r["bucket"]: r["prompts"] for r in rep["buckets"].to_dicts()}
+    assert buckets["p = 0"] == 10 and buckets["p = 1"] == 10 and sum(v for k, v in buckets.items() if k != "all") == 40
+    assert rep["verdict"].startswith("RL can sharpen 20 of 40 prompts (50%")
+    assert "9 belong in SFT" in rep["verdict"] and "10 nowhere" in rep["verdict"]
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    assert headroom.pass_at_k(8, 0, 8) == 0.0 and headroom.pass_at_k(8, 1, 8) == 1.0
+    assert headroom.pass_at_k(8, 4, 1) == 0.5
+    assert headroom.pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)  # 1 - C(3, 2) / C(4, 2)
+
+
+def test_suspected_wrong_golds_consensus_and_reference():
+    rates = {"slip": 0.0, "hard": 0.0, "fine": 0.6, "reftypo": 0.7}
+    samples = _ledger(rates, 8, wrong={"slip": "41"})  # every sample of "slip" answers 41; "hard" scatters
+    problems = _problems(dict.fromkeys(rates, 3))
+    ok = problems.select(S.PROBLEM_ID, pl.Series("reference_ok", [True, True, True, False]))
+    got = {r["problem_id"]: r for r in headroom.suspects(headroom.prompt_counts(samples), ok).to_dicts()}
+    assert set(got) == {"slip", "reftypo"}
+    assert got["slip"]["reason"] == "gold_consensus" and "answer 41" in got["slip"]["detail"]
+    assert got["reftypo"]["reason"] == "gold_vs_reference"
+
+
+def test_bad_input_is_one_clear_error():
+    problems = _problems({"a": 1})
+    with pytest.raises(ValueError, match="n >= 2"):
+        headroom.report(_ledger({"a": 0.5}, 8), problems, n=1)
+    with pytest.raises(ValueError, match="no prompt has 8 samples"):
+        headroom.report(_ledger({"a": 0.5}, 4), problems, n=8)
+    with pytest.raises(ValueError, match="meta.depth"):
+        headroom.band_values(problems, "meta.depth")
+
+
+def test_the_forecast_from_fresh_samples_hits_what_a_selection_meets_where_its_own_rollouts_miss():
+    """A pool like a real one: most prompts near 0 or 1, some in the middle. Selecting the prompts whose 8 rollouts
+    were mixed keeps lucky near-0 and near-1 prompts, so a forecast from those same rollouts is too low (the
+    selection bias); 8 fresh samples of the selection forecast the truth."""
+    rng = random.Random(1)
+    rates = {f"p{i}": rng.choice([0.02, 0.03, 0.97, 0.98, 0.3, 0.5, 0.7]) for i in range(3000)}
+    measured = _ledger(rates, 16, seed=2)
+    first = headroom.prompt_counts(measured, 8)
+    chosen = first.filter((pl.col(S.N_CORRECT) > 0) & (pl.col(S.N_CORRECT) < 8))[S.PROBLEM_ID].to_list()
+    truth = sum(rates[p] ** 8 + (1 - rates[p]) ** 8 for p in chosen) / len(chosen)
+    own = forecast(
+        first.filter(pl.col(S.PROBLEM_ID).is_in(chosen))[S.N_SAMPLES].to_list(),
+        first.filter(pl.col(S.PROBLEM_ID).is_in(chosen))[S.N_CORRECT].to_list(),
+        8,
+    )
+    fresh = headroom.fresh_forecast(measured, chosen, after=8, sizes=[8])
+    assert fresh["fresh_prompts"] == len(chosen) and fresh["fresh_samples"] == 8 * len(chosen)
+    assert abs(fresh["8"]["share"] - truth) < 0.05
+    assert abs(fresh["observed"] - truth) < 0.05  # the fresh groups themselves, at their own size
+    assert truth - own["share"] > 0.1  # the selection's own rollouts under-forecast the waste
