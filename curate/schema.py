@@ -114,6 +114,7 @@ CURRICULUM_STAGE = "curriculum_stage"
 # score/select extras (written after the SCORES/SELECTIONS columns; readers validating with the schema drop them)
 PRIOR_PASS_RATE = "prior_pass_rate"  # prior mean m of the pass-rate posterior (source label or learned predictor)
 LEARNING_PROGRESS = "learning_progress"  # change in pass rate between the first and last checkpoint/model
+SUSPECT_GOLD = "suspect_gold"  # why the gold answer is suspect (curate.score.headroom.SUSPECT_REASONS), else null
 SELECT_SCORE = "select_score"  # the value a selection sampled on (DES, a column, or an external score)
 
 SOLUTION_ID = "solution_id"

@@ -13,6 +13,7 @@ Example output row::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
@@ -22,7 +23,7 @@ from curate.errors import InputError
 
 
 LEDGER_READ = (S.PROBLEM_ID, S.MODEL, S.SAMPLE_IDX, S.COMPLETION_TOKENS, S.CORRECT, S.REWARD, S.STEP)
-LEDGER_READ += (S.CREATED_AT, S.BACKEND, S.RUN_ID)
+LEDGER_READ += (S.CREATED_AT, S.BACKEND, S.RUN_ID, S.EXTRACTED_ANSWER)
 ALL_EQUAL, N_RECENT = "_all_equal", "_n_recent"  # internal evidence columns (not written anywhere)
 _Q = "_q"
 
@@ -132,6 +133,18 @@ def ledger_evidence(ledger: pl.DataFrame, cfg: EvidenceConfig) -> pl.DataFrame:
     return ev.join(per_ckpt, on=S.PROBLEM_ID, how="left", maintain_order="left").with_columns(
         pl.col(S.LEARNING_PROGRESS).fill_null(0.0)
     )
+
+
+def suspect_golds(ledger: pl.DataFrame, problems: pl.DataFrame, cfg: EvidenceConfig, check: Any) -> pl.DataFrame:
+    """(problem_id, suspect_gold) of the target model's measured problems whose gold answer is suspect
+    (``curate.score.headroom.suspects``: the model's samples agree on another answer, or the pool's reference
+    solution concludes another one, judged by ``check``, ``curate.verify.check_batch``)."""
+    from curate.score import headroom
+
+    rows = ledger.filter(pl.col(S.MODEL) == target_model(ledger, cfg.model))
+    measured = problems.join(rows.select(S.PROBLEM_ID).unique(), on=S.PROBLEM_ID, how="semi")
+    found = headroom.suspects(headroom.prompt_counts(rows), headroom.reference_verdicts(measured, check))
+    return found.select(S.PROBLEM_ID, pl.col("reason").alias(S.SUSPECT_GOLD))
 
 
 def stats_evidence(stats: pl.DataFrame, model: str | None) -> pl.DataFrame:

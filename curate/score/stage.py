@@ -22,6 +22,7 @@ An example row of ``scores`` is in ``curate.schema`` (``SCORES``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from curate import cluster, config, io
+from curate import cluster, config, io, verify
 from curate import schema as S
 from curate.embed import EmbedConfig, encoder_key
 from curate.progress import bar
@@ -51,12 +52,13 @@ from curate.score.evidence import (
     ledger_evidence,
     read_ledger,
     stats_evidence,
+    suspect_golds,
     usable,
 )
 from curate.stage_wrapper import StageOutput, StageResult, run_wrapped
 
 
-EXTRA_COLUMNS = (S.N_SAMPLES, S.N_CORRECT, S.ALPHA, S.BETA, S.PRIOR_PASS_RATE, S.LEARNING_PROGRESS)
+EXTRA_COLUMNS = (S.N_SAMPLES, S.N_CORRECT, S.ALPHA, S.BETA, S.PRIOR_PASS_RATE, S.LEARNING_PROGRESS, S.SUSPECT_GOLD)
 
 
 # --------------------------------------------------------------------------------------------------- configs
@@ -80,7 +82,9 @@ class ScoreConfig:
     clusters: k-means k over embeddings; use_embeddings False skips the encoder (features only, one cluster).
     embed: settings passed to ``curate.embed.EmbedConfig``. time / horizon: DES time weight w = min(1, time/horizon).
     rollouts: rollouts per prompt of the RL that follows, for the forecast of zero-variance groups
-    (``curate.score.forecast``) the summary prints.
+    (``curate.score.forecast``) the summary prints. suspects: mark the measured problems whose gold answer is suspect
+    (``suspect_gold``: the evidence model's samples agree on another answer, or the reference solution concludes
+    another one; ``curate.score.headroom``), which ``curate select`` leaves out with that reason.
     """
 
     run: str = "default"
@@ -109,6 +113,7 @@ class ScoreConfig:
     time: float = 0.0
     horizon: float = 1.0
     rollouts: int = 8
+    suspects: bool = True
 
     def __post_init__(self) -> None:
         if self.rollouts < 1:
@@ -327,6 +332,7 @@ _EVIDENCE = {
     ALL_EQUAL: pl.Boolean,
     N_RECENT: pl.Int32,
     S.LEARNING_PROGRESS: pl.Float64,
+    S.SUSPECT_GOLD: pl.String,
 }
 
 
@@ -478,17 +484,26 @@ def summarize(scores: pl.DataFrame, report: dict[str, Any], *, filters_present: 
 # --------------------------------------------------------------------------------------------------- I/O wrapper
 @io.pool_locked
 def score_pool(
-    ws: io.Workspace, pool: str, cfg: ScoreConfig, *, force: bool = False, progress: bool = True
+    ws: io.Workspace,
+    pool: str,
+    cfg: ScoreConfig,
+    *,
+    force: bool = False,
+    progress: bool = True,
+    verify_config: verify.VerifyConfig | None = None,
 ) -> StageResult:
     """Read the pool's tables, score with ``cfg`` (its ``seed`` too), write ``scores.parquet`` through
     ``run_wrapped`` (skipped when inputs, config and code are unchanged). Holds the pool's lock, so the tables it
-    reads and writes do not change under it."""
+    reads and writes do not change under it. ``verify_config``: the checker's settings for the reference solutions
+    of suspect golds (the recipe's ``verify:``)."""
     from curate.rollout.ledger import files as ledger_files
 
     problems_path = ws.require_pool(pool)
     out = ws.table(pool, "scores")
     stats_path, filters_path = ws.table(pool, "stats"), ws.table(pool, "filters")
     conf = asdict(cfg) | {"pool": pool}
+    if cfg.suspects and verify_config is not None:  # the checker's settings judge the reference solutions
+        conf["verify"] = asdict(verify_config)
     if cfg.use_embeddings:  # the concrete encoder (``default`` is an alias): its clusters differ from another's
         conf["encoder_key"] = encoder_key(cfg.embed)
 
@@ -499,6 +514,10 @@ def score_pool(
         ledger = usable(ledger, cfg.evidence) if ledger is not None else None
         if ledger is not None and ledger.height:
             evidence, evidence_from = ledger_evidence(ledger, cfg.evidence), "ledger"
+            if cfg.suspects:
+                check = functools.partial(verify.check_batch, config=verify_config or verify.VerifyConfig())
+                found = suspect_golds(ledger, train, cfg.evidence, check)
+                evidence = evidence.join(found, on=S.PROBLEM_ID, how="left", maintain_order="left")
         elif stats_path.is_file():
             evidence, evidence_from = stats_evidence(io.read_parquet(stats_path, S.STATS), cfg.evidence.model), "stats"
         else:
@@ -529,4 +548,5 @@ def score_pool(
 
 def run_stage(ws: io.Workspace, recipe: config.Recipe, *, force: bool = False, progress: bool = False) -> StageResult:
     """The recipe's ``score`` stage on ``recipe.pool`` (seed: the section's, else the recipe's)."""
-    return score_pool(ws, recipe.pool, load_config(recipe), force=force, progress=progress)
+    cfg = load_config(recipe)
+    return score_pool(ws, recipe.pool, cfg, force=force, progress=progress, verify_config=verify.load_config(recipe))

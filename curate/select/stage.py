@@ -6,7 +6,8 @@ scores file joined by problem text (LIMR's ``scores.json``); writes ``selections
 
 1. Filters, in this order, each row dropped once with the first reason that applies: split_test (evaluation
    sets are never selected), other_source (not one of ``sources``, when given), contaminated, duplicate
-   (``duplicate_of`` another problem), too_long, zero_variance (all-equal rewards with enough evidence; ScaleRL),
+   (``duplicate_of`` another problem), unverifiable_answer, gold_consensus and gold_vs_reference (the gold answer
+   is suspect: ``suspect_gold`` of ``curate score``, ``curate.score.headroom``), too_long, zero_variance (all-equal rewards with enough evidence; ScaleRL),
    solved (pass rate >= 0.9 with evidence; ScaleRL's No-Positive-Resampling), missing_score (no value in the
    ``--by`` column), below_min, above_max.
 2. Diversity: a quota per cluster proportional to its eligible size (largest-remainder rounding).
@@ -36,6 +37,7 @@ from curate.embed import EmbedConfig, encoder_key
 from curate.errors import ConfigError, InputError, MissingInput
 from curate.manifest import Manifest, read_manifest
 from curate.score import des
+from curate.score.headroom import SUSPECT_REASONS
 from curate.stage_wrapper import StageOutput, StageResult, run_wrapped
 
 
@@ -46,6 +48,8 @@ DROP_ORDER = (
     "contaminated",
     "duplicate",
     "unverifiable_answer",
+    "gold_consensus",
+    "gold_vs_reference",
     "too_long",
     "zero_variance",
     "solved",
@@ -75,6 +79,8 @@ class SelectConfig:
     (``scores_key``, hashed with schema.problem_id) or by ``problem_id``; several rows of one problem keep the max.
     drop_*: which filters run; ``drop_unverifiable`` leaves out problems whose gold answer the checker cannot verify
     (prose, several values in a sentence; flagged ``unverifiable_answer`` at ingest): their RL reward would be wrong.
+    ``drop_suspect_gold`` leaves out problems whose gold answer ``curate score`` found suspect (``suspect_gold``:
+    the reason is the drop reason): a reward on a wrong gold that matches a slip of the model teaches the slip.
     max_prompt_chars: longer problems are dropped as too_long (None = no bound). sources: select only problems
     first read from these ingest sources (their ``name``; None = every source), e.g. the SFT set from one
     generator source and the RL set from another in one pool; the others are dropped as ``other_source``.
@@ -99,6 +105,7 @@ class SelectConfig:
     drop_contaminated: bool = True
     drop_duplicates: bool = True
     drop_unverifiable: bool = True
+    drop_suspect_gold: bool = True
     drop_zero_variance: bool = True
     drop_solved: bool = True
     max_prompt_chars: int | None = 8192
@@ -144,6 +151,7 @@ def drop_reason_expr(cfg: SelectConfig, column: str) -> pl.Expr:
         ("contaminated", pl.lit(cfg.drop_contaminated) & pl.col(S.CONTAMINATED)),
         ("duplicate", pl.lit(cfg.drop_duplicates) & (pl.col(S.DUPLICATE_OF) != pl.col(S.PROBLEM_ID))),
         ("unverifiable_answer", pl.lit(cfg.drop_unverifiable) & pl.col(UNVERIFIABLE)),
+        *((reason, pl.lit(cfg.drop_suspect_gold) & (pl.col(S.SUSPECT_GOLD) == reason)) for reason in SUSPECT_REASONS),
         (
             "too_long",
             pl.lit(cfg.max_prompt_chars is not None) & (pl.col(S.PROMPT_CHARS) > (cfg.max_prompt_chars or 0)),
@@ -328,7 +336,7 @@ def build_candidates(
     defaults = {
         S.CONTAMINATED: pl.lit(False), S.DUPLICATE_OF: pl.lit(None, pl.String), S.ZERO_VARIANCE: pl.lit(False),
         S.SOLVED: pl.lit(False), S.CLUSTER: pl.lit(0, pl.Int32), S.PASS_RATE: pl.lit(None, pl.Float64),
-        S.DES: pl.lit(None, pl.Float64),
+        S.DES: pl.lit(None, pl.Float64), S.SUSPECT_GOLD: pl.lit(None, pl.String),
     }  # fmt: skip
     return frame.with_columns(
         pl.col(c).fill_null(v) if c in frame.columns else v.alias(c) for c, v in defaults.items()

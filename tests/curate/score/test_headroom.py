@@ -49,7 +49,8 @@ def test_bands_and_buckets_of_known_pass_rates():
     bands = {r["band"]: r for r in rep["bands"].to_dicts()}
     assert bands["1"]["pass_at_1"] == bands["1"]["pass_at_k"] == 1.0 and bands["1"]["nowhere"] == 10
     assert bands["8"]["pass_at_1"] == bands["8"]["pass_at_k"] == 0.0
-    assert bands["8"]["sft"] == 9 and bands["8"]["unsolved"] == 1  # p = 0: SFT only with a verified solution
+    assert bands["8"]["sft"] == 9 and bands["8"]["unsolved"] == 0  # p = 0: SFT only with a verified solution ...
+    assert bands["8"]["suspect"] == 1  # ... and z0's reference disagrees with its gold: a suspect, not SFT
     middle = bands["4"]
     assert middle["middle_share"] == 1.0 and middle["rl"] == 20  # 0.5 at 8 samples: never all-equal here
     assert 0.3 < middle["pass_at_1"] < 0.7 and middle["pass_at_k"] == 1.0
@@ -70,6 +71,9 @@ def test_pass_at_k_is_the_unbiased_estimator():
 def test_suspected_wrong_golds_consensus_and_reference():
     rates = {"slip": 0.0, "hard": 0.0, "fine": 0.6, "reftypo": 0.7}
     samples = _ledger(rates, 8, wrong={"slip": "41"})  # every sample of "slip" answers 41; "hard" scatters
+    samples = pl.concat([samples.filter(pl.col(S.PROBLEM_ID) != "hard"),  # 5 of 8 agree on 7: not three quarters
+                         _ledger({"hard": 0.0}, 5, wrong={"hard": "7"}), _ledger({"hard": 0.0}, 3, seed=9)
+                         .with_columns(pl.col(S.SAMPLE_IDX) + 5)])  # fmt: skip
     problems = _problems(dict.fromkeys(rates, 3))
     ok = problems.select(S.PROBLEM_ID, pl.Series("reference_ok", [True, True, True, False]))
     got = {r["problem_id"]: r for r in headroom.suspects(headroom.prompt_counts(samples), ok).to_dicts()}
@@ -84,7 +88,7 @@ def test_bad_input_is_one_clear_error():
         headroom.report(_ledger({"a": 0.5}, 8), problems, n=1)
     with pytest.raises(ValueError, match="no prompt has 8 samples"):
         headroom.report(_ledger({"a": 0.5}, 4), problems, n=8)
-    with pytest.raises(ValueError, match="meta.depth"):
+    with pytest.raises(ValueError, match=r"meta\.depth"):
         headroom.band_values(problems, "meta.depth")
 
 
