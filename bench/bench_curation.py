@@ -164,16 +164,10 @@ def run_all(home: Path, arms: list[str], seeds: list[int], jobs: int) -> dict[st
 
 # --------------------------------------------------------------------------------------------------- the tables
 def table(home: Path, arm: str, seed: int, step: str | None, temperature: float | None = None) -> Any:
-    """A chain step's per-problem held-out table (``training.runner.eval_file``), or None."""
-    import polars as pl
+    """A chain step's per-problem held-out table (``training.outcome.step_table``), or None."""
+    from training.outcome import step_table
 
-    from training.runner import EVALS, eval_file
-
-    if step is None:
-        return None
-
-    path = run_dir(home, arm, seed) / EVALS / eval_file(step, temperature)
-    return pl.read_parquet(path) if path.is_file() else None
+    return step_table(run_dir(home, arm, seed), step, temperature)
 
 
 def rate(t: Any) -> float:
@@ -208,12 +202,12 @@ def steps_of(home: Path, arm: str, seed: int) -> dict[str, str]:
     chain = json.loads((run_dir(home, arm, seed) / "chain.json").read_text())["steps"]
     rl = [r for r in chain if "rl_steps" in r]
     out = {"sft": "sft", "end": rl[-1]["step"] if rl else "sft"}
-    from training.runner import EVALS, checkpoint_eval, eval_file
+    from training.outcome import checkpoint_eval, eval_path
 
     for r in rl:  # stage ends, and checkpoints evaluated inside a stage (eval.every)
         out[f"at{r['offset_step'] + r['rl_steps']}"] = r["step"]
         for k in range(1, r["rl_steps"]):
-            if (run_dir(home, arm, seed) / EVALS / eval_file(checkpoint_eval(r["step"], k))).is_file():
+            if eval_path(run_dir(home, arm, seed), checkpoint_eval(r["step"], k)).is_file():
                 out[f"at{r['offset_step'] + k}"] = checkpoint_eval(r["step"], k)
     return out
 
@@ -235,12 +229,12 @@ def modes(home: Path, arm: str, seed: int, step: str, test: Any, temperature: fl
     those, from the evaluation's samples (``<step>.samples.parquet``)."""
     import polars as pl
 
-    from training.runner import EVALS, eval_file
+    from training.outcome import step_table
 
-    path = (run_dir(home, arm, seed) / EVALS / eval_file(step, temperature)).with_suffix(".samples.parquet")
-    if not path.is_file():
+    s = step_table(run_dir(home, arm, seed), step, temperature, samples=True)
+    if s is None:
         return {}
-    s = pl.read_parquet(path).join(test, on="problem_id")
+    s = s.join(test, on="problem_id")
     s = s.with_columns(pl.Series("steps", [len(_STEP.findall(c or "")) for c in s["completion"]]))
     done = s.filter(pl.col("steps") == pl.col("ops"))
     return {"finished": done.height / s.height, "acc_finished": float(done["correct"].mean()) if done.height else 0.0,
@@ -248,20 +242,17 @@ def modes(home: Path, arm: str, seed: int, step: str, test: Any, temperature: fl
 
 
 # --------------------------------------------------------------------------------------------------- the report
-def paired(ta: Any, tb: Any, keep: set[str] | None = None) -> dict[str, Any] | None:
-    """``ta`` minus ``tb`` on the same problems (``training.evaluate.paired_gain``), optionally on ``keep`` only."""
-    import polars as pl
+def paired(
+    home: Path, seed: int, a: tuple[str, str | None], b: tuple[str, str | None], temperature: float | None = None,
+    keep: set[str] | None = None,
+) -> dict[str, Any] | None:  # fmt: skip
+    """Arm ``a``'s step minus arm ``b``'s (each ``(arm, step)``) on the same problems at one seed
+    (``training.outcome.paired``), optionally on ``keep`` only; None when either was not evaluated."""
+    from training import outcome
 
-    from training.evaluate import paired_gain
-
-    if ta is None or tb is None:
-        return None
-    if keep is not None:
-        ta, tb = (t.filter(pl.col("problem_id").is_in(list(keep))) for t in (ta, tb))
-    try:
-        return paired_gain(ta, tb)
-    except ValueError:  # fewer than two problems scored by both (a small subset)
-        return None
+    (arm_a, step_a), (arm_b, step_b) = a, b
+    return outcome.paired(run_dir(home, arm_a, seed), step_a, step_b, temperature,
+                          before_run=run_dir(home, arm_b, seed), keep=keep)  # fmt: skip
 
 
 COMPARISONS = (  # (name, arm a, point a, arm b, point b): a minus b, paired per seed
@@ -281,7 +272,7 @@ def curve(home: Path, arm: str, seed: int, sft_run: str | None = None) -> list[t
     """(rollouts, CPU-seconds, pass@1): the SFT model at 0, then after ``measure``'s rollouts and CPU (the same
     pass rate), then each evaluated RL point. CPU within a stage is interpolated by steps. ``sft_run``: the arm
     whose SFT model this one starts from (``bench_methods.py``'s arms borrow one), else its own."""
-    from training.runner import checkpoint_eval
+    from training.outcome import checkpoint_eval
 
     s, d = summary(home, arm, seed), run_dir(home, arm, seed)
     note = json.loads((d / "chain.json").read_text()).get("notes", {}).get("measure") or [{}]
@@ -353,9 +344,7 @@ def compare(home: Path, seeds: list[int], keep: set[str] | None = None, temperat
         gains = {}
         for seed in seeds:
             if finished(home, a, seed) and finished(home, b, seed):
-                ta = table(home, a, seed, point(home, a, seed, pa), temperature)
-                tb = table(home, b, seed, point(home, b, seed, pb), temperature)
-                g = paired(ta, tb, keep)
+                g = paired(home, seed, (a, point(home, a, seed, pa)), (b, point(home, b, seed, pb)), temperature, keep)
                 if g is not None:
                     gains[seed] = g
         out[name] = {"per_seed": gains, "pooled": pooled(list(gains.values()))}

@@ -187,8 +187,8 @@ def arm_rows(home: Path, arm: str, seeds: list[int], cpu: dict[str, float], spli
     for when, at in (("early", f"at{EARLY}"), ("end", "end")):
         gains = {}
         for seed in (s for s in seeds if finished(home, arm, s) and finished(home, "curated", s)):
-            g = paired(table(home, arm, seed, steps_of(home, arm, seed).get(at)),
-                       table(home, "curated", seed, steps_of(home, "curated", seed).get(at)))  # fmt: skip
+            g = paired(home, seed, (arm, steps_of(home, arm, seed).get(at)),
+                       ("curated", steps_of(home, "curated", seed).get(at)))  # fmt: skip
             if g is not None:
                 gains[seed] = g
         rows[when] = {"per_seed": gains, "pooled": pooled(list(gains.values()))}
@@ -198,7 +198,7 @@ def arm_rows(home: Path, arm: str, seeds: list[int], cpu: dict[str, float], spli
                                   "command": " ".join(commands(arm, home, seed)[1:])}  # fmt: skip
     if arm == "nodecon":
         for name, keep in split.items():
-            gains = {s: paired(table(home, arm, s, "rl:stage4"), table(home, "curated", s, "rl:stage4"), keep)
+            gains = {s: paired(home, s, (arm, "rl:stage4"), ("curated", "rl:stage4"), keep=keep)
                      for s in seeds if finished(home, arm, s)}  # fmt: skip
             rows[name] = {"per_seed": gains, "pooled": pooled([g for g in gains.values() if g])}
     return rows

@@ -82,19 +82,6 @@ def run_logged(cmd: list[str], log: Path, timeout: float | None) -> tuple[int | 
     return code, out, time.perf_counter() - t0
 
 
-def paired(run: Path, after: str, before: str) -> dict[str, Any] | None:
-    """``training.evaluate.paired_gain`` of two steps' per-problem tables (None when one is missing)."""
-    import polars as pl
-
-    from training.evaluate import paired_gain
-    from training.runner import eval_file
-
-    a, b = run / "evals" / eval_file(after), run / "evals" / eval_file(before)
-    if not (a.is_file() and b.is_file()):
-        return None
-    return paired_gain(pl.read_parquet(a), pl.read_parquet(b))
-
-
 def rl_figures(stage: Path) -> dict[str, Any] | None:
     """RL step time (first step; median of the rest) and prompt + completion tokens per second of step time."""
     import polars as pl
@@ -136,12 +123,15 @@ def sft_figures(sft: Path) -> dict[str, Any] | None:
 
 def report(run: Path, convert: dict[str, Any], wall: float, cut: bool) -> dict[str, Any]:
     """Everything the run folder says, as one mapping (what is printed and written)."""
+    from training import outcome
+
     chain = json.loads((run / "chain.json").read_text()) if (run / "chain.json").is_file() else {}
     summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
     steps = {s["step"]: {k: s.get(k) for k in ("pass_at_1", "stderr", "n_problems", "k", "wall_s")}
              for s in chain.get("steps", [])}  # fmt: skip
     last_rl = next((s for s in reversed(list(steps)) if s.startswith("rl:")), None)
-    gains = {f"{a} - {b}": paired(run, a, b) for a, b in (("sft", "init"), (last_rl, "sft"), (last_rl, "init")) if a}
+    pairs = (("sft", "init"), (last_rl, "sft"), (last_rl, "init"))
+    gains = {f"{a} - {b}": outcome.paired(run, a, b) for a, b in pairs if a}
     stages = sorted((run / "rl").glob("*-stage*"))
     return {
         "gpu": _gpu(),

@@ -176,7 +176,7 @@ def data_uri(path: Path) -> str:
 
 
 # --------------------------------------------------------------------------------------------------- training
-# What a training flow run (flows/training.py) shows, from its summary (``training.runner.write_summary``), keys
+# What a training flow run (flows/training.py) shows, from its summary (``training.outcome.write_summary``), keys
 # per training recipe name: ``<name>-chain`` (Markdown: steps, pass rates, decisions, CoScale notes, fit advice,
 # step timings), ``<name>-lineage`` (table: pool -> selection -> curriculum -> solutions -> each model folder with
 # its pass rate), ``<name>-solutions`` (image: problems per number of kept solutions, from the pool's
