@@ -129,7 +129,7 @@ class CurateGRPOTrainer(GRPOTrainer):
     bridge: the curriculum sampler (``training.sampler_bridge.CurriculumRepeatSampler``). zero_variance_filter /
     batch_adv_norm / prompt_level_loss: ScaleRL's batch hygiene (``group_hygiene``). ledger: an object whose
     ``write(step, **columns)`` records a generation batch's rollouts (``training.rl``'s ledger writer), or None;
-    the main process calls it. metrics_log: ``training.rl.MetricsLog`` or None.
+    the main process calls it. metrics_log: ``training.rl_records.MetricsLog`` or None.
     """
 
     def __init__(

@@ -17,9 +17,10 @@ What the conversion does, and why (measured: ``../shared/docs/ENV.md``, "A real 
    dequantized state dict loaded into it (strict), then saved;
 4. the converted tokenizer's eos is ``<|im_start|>`` and it has no pad token, while the generation config ends on
    ``<|im_end|>``; TRL ends and pads completions with the tokenizer's eos, so both are set to ``<|im_end|>``;
-5. writes the chat template (the GGUF's own), ``generation_config.json`` (``training.card.write_generation_config``),
-   a model card (``huggingface_hub.ModelCard``) that says what was and was not checked, ``lineage.json``, the
-   licence, and ``files.json`` (sizes and sha256 of every file, ``training.run_folder.record_files``).
+5. writes the chat template (the GGUF's own), ``generation_config.json``
+   (``training.generation.write_generation_config``), a model card (``huggingface_hub.ModelCard``) that says what
+   was and was not checked, ``lineage.json``, the licence, and ``files.json`` (sizes and sha256 of every file,
+   ``training.run_folder.record_files``).
 
 The folder is cached in the workspace (``cache/models/<name>/``), built under a lock in a temporary folder and put in
 place whole. A later call checks it against ``files.json`` and the installed package (version and GGUF hash) and
@@ -197,7 +198,8 @@ def convert(spec: PackagedModel, gguf: Path, source: dict[str, Any], out: Path) 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from curate.manifest import file_hash
-    from training.card import DEFAULT_MAX_NEW_TOKENS, code_version, write_generation_config
+    from training.card import code_version
+    from training.generation import DEFAULT_MAX_NEW_TOKENS, write_generation_config
     from training.run_folder import record_files
 
     wall, cpu = time.perf_counter(), time.process_time()
