@@ -65,7 +65,21 @@ def finished(home: Path, arm: str, seed: int) -> bool:
 
 
 def summary(home: Path, arm: str, seed: int) -> dict[str, Any]:
-    return json.loads((run_dir(home, arm, seed) / "summary.json").read_text())
+    from training.outcome import read_summary
+
+    return read_summary(run_dir(home, arm, seed))
+
+
+def chain(home: Path, arm: str, seed: int) -> Any:
+    """The run's ``chain.json`` (``training.chain.Chain``: its steps and notes)."""
+    from training.chain import Chain
+
+    return Chain(run_dir(home, arm, seed))
+
+
+def rl_records(home: Path, arm: str, seed: int) -> list[dict[str, Any]]:
+    """The run's RL stage records (``chain.json``), in the order they trained."""
+    return [r for r in chain(home, arm, seed).steps if "rl_steps" in r]
 
 
 def step_cpu(summ: dict[str, Any], prefix: str) -> float:
@@ -76,14 +90,16 @@ def step_cpu(summ: dict[str, Any], prefix: str) -> float:
 # --------------------------------------------------------------------------------------------------- the arms
 def baseline_steps(home: Path, seed: int) -> int:
     """SFT steps that cost what the curated arm's RL cost: its RL stages' CPU-seconds over its SFT's per step."""
+    from training.sft import read_metrics
+
     s = summary(home, "curated", seed)
-    sft_steps = json.loads((run_dir(home, "curated", seed) / "sft" / "metrics.json").read_text())["steps"]
+    sft_steps = read_metrics(run_dir(home, "curated", seed) / "sft")["steps"]
     return max(1, round(step_cpu(s, "rl:") / (step_cpu(s, "sft") / sft_steps)))
 
 
 def measured(home: Path, seed: int) -> tuple[str, str]:
     """The curated run's ``measure``: the ledger model its rollouts went to, and the selection it made."""
-    note = json.loads((run_dir(home, "curated", seed) / "chain.json").read_text())["notes"]["measure"][0]
+    note = chain(home, "curated", seed).notes["measure"][0]
     return note.get("ledger_model", note["model"]), note["select"]["selection"]  # the ledger's name for the model
 
 
@@ -199,8 +215,7 @@ def fmt(g: dict[str, Any] | None) -> str:
 
 def steps_of(home: Path, arm: str, seed: int) -> dict[str, str]:
     """The named points of an arm: ``sft`` and ``end`` (its last model); raw also ``at40``; curated ``at10..at40``."""
-    chain = json.loads((run_dir(home, arm, seed) / "chain.json").read_text())["steps"]
-    rl = [r for r in chain if "rl_steps" in r]
+    rl = rl_records(home, arm, seed)
     out = {"sft": "sft", "end": rl[-1]["step"] if rl else "sft"}
     from training.outcome import checkpoint_eval, eval_path
 
@@ -216,10 +231,12 @@ def held_out(home: Path) -> tuple[Any, set[str]]:
     """The test problems (problem_id, ops) and the ids of those with a copy in a training source (leaked)."""
     import polars as pl
 
+    from curate import schema as S
+
     problems = pl.read_parquet(home / "pools" / "tiny" / "problems.parquet")
-    metas = [json.loads(m or "{}") for m in problems["meta"]]
-    leaked = {m["waste"]["copy"]["of"] for m in metas if m.get("waste", {}).get("copy", {}).get("kind") == "leak"}
-    ops = pl.Series("ops", [m.get("ops") for m in metas], dtype=pl.Int64)
+    copies = [(w or {}).get("copy") or {} for w in S.meta_values(problems[S.META], "waste")]
+    leaked = {c["of"] for c in copies if c.get("kind") == "leak"}
+    ops = pl.Series("ops", S.meta_values(problems[S.META], "ops"), dtype=pl.Int64)
     test = problems.with_columns(ops).filter(pl.col("split") == "test").select("problem_id", "ops")
     return test, leaked & set(test["problem_id"])
 
@@ -273,17 +290,18 @@ def curve(home: Path, arm: str, seed: int, sft_run: str | None = None) -> list[t
     pass rate), then each evaluated RL point. CPU within a stage is interpolated by steps. ``sft_run``: the arm
     whose SFT model this one starts from (``bench_methods.py``'s arms borrow one), else its own."""
     from training.outcome import checkpoint_eval
+    from training.rl import read_config
 
-    s, d = summary(home, arm, seed), run_dir(home, arm, seed)
-    note = json.loads((d / "chain.json").read_text()).get("notes", {}).get("measure") or [{}]
+    s = summary(home, arm, seed)
+    note = chain(home, arm, seed).notes.get("measure") or [{}]
     start_rollouts = float((note[0].get("rollout") or {}).get("samples_generated", 0) or 0)
     start_cpu = step_cpu(s, "measure")
     sft = rate(table(home, sft_run or arm, seed, "sft"))
     pts = [(0.0, 0.0, sft), (start_rollouts, start_cpu, sft)]  # the SFT model needs no rollouts
     rollouts, cpu = start_rollouts, start_cpu
-    for rec in (r for r in json.loads((d / "chain.json").read_text())["steps"] if "rl_steps" in r):
-        cfg = json.loads((Path(rec["stage_dir"]) / "config.json").read_text())["rl"]
-        per = cfg["prompts_per_step"] * cfg["num_generations"]
+    for rec in rl_records(home, arm, seed):
+        cfg = read_config(Path(rec["stage_dir"])).rl
+        per = cfg.prompts_per_step * cfg.num_generations
         stage_cpu = step_cpu(s, rec["step"])
         for k in range(1, rec["rl_steps"]):  # checkpoints evaluated inside the stage (eval.every)
             t = table(home, arm, seed, checkpoint_eval(rec["step"], k))
@@ -333,8 +351,7 @@ def point(home: Path, arm: str, seed: int, name: str) -> str | None:
     """A named point's chain step (``steps_of``); ``same_steps``: the arm after as many RL steps as the seed's
     curated arm took in all (None when it was not evaluated there)."""
     if name == "same_steps":
-        chain = json.loads((run_dir(home, "curated", seed) / "chain.json").read_text())["steps"]
-        name = f"at{sum(r['rl_steps'] for r in chain if 'rl_steps' in r)}"
+        name = f"at{sum(r['rl_steps'] for r in rl_records(home, 'curated', seed))}"
     return steps_of(home, arm, seed).get(name)
 
 
@@ -431,11 +448,13 @@ def main() -> None:
     ap.add_argument("--raw-set", action="append", default=[], help="KEY=VALUE for the raw arm's training run only")
     ap.add_argument("--curated-set", action="append", default=[], help="KEY=VALUE for the curated arm's run only")
     args = ap.parse_args()
+    from curate import io
+
     EXTRA.update(all=args.set, raw=args.raw_set, curated=args.curated_set)
     home = Path(args.home).resolve()
     home.mkdir(parents=True, exist_ok=True)
     cpu_file = home / "cpu.json"
-    cpu = json.loads(cpu_file.read_text()) if cpu_file.is_file() else {}
+    cpu = io.read_json(cpu_file) if cpu_file.is_file() else {}
     if not args.report_only:
         print(f"load average before: {os.getloadavg()}")
         cpu.update(run_all(home, args.arms, args.seeds, args.jobs))

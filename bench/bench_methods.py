@@ -292,9 +292,11 @@ def main() -> None:
     ap.add_argument("--report-only", action="store_true", help="read the finished runs back; train nothing")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
+    from curate import io
+
     home = Path(args.home).resolve()
     cpu_file = home / "cpu-methods.json"
-    cpu = json.loads(cpu_file.read_text()) if cpu_file.is_file() else {}
+    cpu = io.read_json(cpu_file) if cpu_file.is_file() else {}
     if not args.report_only:
         print(f"load average before: {os.getloadavg()}")
         cpu.update(run_all(home, args.arms, args.seeds, args.jobs))

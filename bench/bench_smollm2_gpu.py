@@ -109,10 +109,11 @@ def rl_figures(stage: Path) -> dict[str, Any] | None:
 
 def sft_figures(sft: Path) -> dict[str, Any] | None:
     """SFT steps, training seconds (the trainer's own, from its log) and steps per second."""
-    path = sft / "metrics.json"
-    if not path.is_file():
+    from training.sft import read_metrics
+
+    metrics = read_metrics(sft)
+    if metrics is None:
         return None
-    metrics = json.loads(path.read_text())
     done = re.findall(r"sft done: (\d+) steps, mean loss=\S+ in (\d+) s", (sft / "step.log").read_text())
     train_s = float(done[-1][1]) if done else None
     return {"steps": metrics["steps"], "rows_trained": metrics["rows_trained"], "dropped": metrics["dropped"],
@@ -124,11 +125,11 @@ def sft_figures(sft: Path) -> dict[str, Any] | None:
 def report(run: Path, convert: dict[str, Any], wall: float, cut: bool) -> dict[str, Any]:
     """Everything the run folder says, as one mapping (what is printed and written)."""
     from training import outcome
+    from training.chain import Chain
 
-    chain = json.loads((run / "chain.json").read_text()) if (run / "chain.json").is_file() else {}
-    summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
+    summary = outcome.read_summary(run) or {}
     steps = {s["step"]: {k: s.get(k) for k in ("pass_at_1", "stderr", "n_problems", "k", "wall_s")}
-             for s in chain.get("steps", [])}  # fmt: skip
+             for s in Chain(run).steps}  # fmt: skip
     last_rl = next((s for s in reversed(list(steps)) if s.startswith("rl:")), None)
     pairs = (("sft", "init"), (last_rl, "sft"), (last_rl, "init"))
     gains = {f"{a} - {b}": outcome.paired(run, a, b) for a, b in pairs if a}
@@ -194,12 +195,15 @@ def main(argv: list[str] | None = None) -> int:
     log = out / "smollm2_gpu.log"
     t0 = time.perf_counter()
 
-    code, stdout, convert_s = run_logged([sys.executable, "-m", "training.cli", "init-packaged", NAME, "--home",
-                                          str(home), "--json"], log, timeout=args.deadline_s)  # fmt: skip
+    code, _, convert_s = run_logged([sys.executable, "-m", "training.cli", "init-packaged", NAME, "--home",
+                                     str(home), "--json"], log, timeout=args.deadline_s)  # fmt: skip
     if code != 0:
         print(f"conversion failed (exit {code}); see {log}", file=sys.stderr)
         return 1
-    convert = {**json.loads(stdout), "command_s": round(convert_s, 1)}
+    from curate import io
+    from training.packaged import cache_dir, describe
+
+    convert = {**describe(cache_dir(io.Workspace(home), NAME)), "command_s": round(convert_s, 1)}  # what it printed
     run = home / "runs" / f"smollm2-{args.sizes}"
     sets = [f"{k}={v}" for k, v in SIZES[args.sizes].items()] + args.set
     cmd = [sys.executable, "-m", "training.cli", "run", "--recipe", str(RECIPE), "--home", str(home), "--out",

@@ -105,7 +105,7 @@ def _parent(model: str | Path | None) -> dict[str, Any] | None:
 
 
 def _jsonable(obj: Any) -> Any:
-    return json.loads(json.dumps(obj, default=str))
+    return io.jsonable(obj)
 
 
 # --------------------------------------------------------------------------------------------------- paths
@@ -434,7 +434,7 @@ def pool_facts(root: str | Path | None, pool: str | None) -> dict[str, Any]:
     path = Path(root) / "pools" / str(pool) / "sources.json" if root and pool else None
     if path is None or not path.is_file():
         return {"task": "math problems", "licences": "not recorded", "datasets": []}
-    sources = [s for s in json.loads(path.read_text(encoding="utf-8")) if isinstance(s, dict)]
+    sources = [s for s in io.read_json(path) if isinstance(s, dict)]
     known = [provenance.source_provenance(s.get("name", ""), s.get("path")) for s in sources]
     licences = sorted({p["licence"] for p in known})
     return {

@@ -89,13 +89,17 @@ class Chain:
         self.lineage = lineage
         self._write()
 
-    def _write(self) -> None:
+    def to_dict(self) -> dict[str, Any]:
+        """What ``chain.json`` holds: ``steps``, and ``notes`` and ``lineage`` once there are any."""
         payload: dict[str, Any] = {"steps": self.steps}
         if self.notes:
             payload["notes"] = self.notes
         if self.lineage is not None:
             payload["lineage"] = self.lineage
-        io.write_json(self.path, json.loads(json.dumps(payload, default=str)))
+        return payload
+
+    def _write(self) -> None:
+        io.write_json(self.path, io.jsonable(self.to_dict()))
 
 
 @dataclass(frozen=True)
@@ -186,7 +190,7 @@ def open_run(
     path = run_dir / RECIPE
     new = recipe.to_dict()
     if path.is_file():
-        changed = recipe_changes(json.loads(path.read_text()), new)
+        changed = recipe_changes(read_recipe(run_dir) or {}, new)
         if changed:
             shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
             raise InputError(
@@ -197,6 +201,13 @@ def open_run(
         run_dir.mkdir(parents=True, exist_ok=True)
         io.write_json(path, new)
     return Run(recipe, ws, run_dir.resolve(), echo)
+
+
+def read_recipe(run_dir: str | Path) -> dict[str, Any] | None:
+    """The resolved recipe a run folder was made with (``recipe.json``, written once by ``open_run``), as a
+    mapping (``RunRecipe.to_dict``); None for a folder without one."""
+    path = Path(run_dir) / RECIPE
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def check_launch(recipe: RunRecipe) -> None:
@@ -336,7 +347,13 @@ def run_step(spec: Mapping[str, Any], launch: list[str] | None = None) -> dict[s
     if rc != 0 or not result_path.is_file():
         how = f"was killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with code {rc}"
         raise StepFailed(f"training step {spec['kind']} ({out}) {how}; its log: {log}")
-    return json.loads(result_path.read_text())
+    return step_record(result_path)
+
+
+def step_record(path: Path) -> dict[str, Any]:
+    """A step's ``step_spec.json`` (``run_step`` writes it for the step's process) or ``step_result.json``
+    (``step_main`` writes it for the parent)."""
+    return json.loads(Path(path).read_text())
 
 
 class StepFailed(CurateError):
@@ -365,7 +382,7 @@ def _die_with_parent(parent: int) -> Callable[[], None] | None:
 def step_main(spec_path: Path) -> None:
     """The child side of ``run_step`` (``python -m training.chain SPEC``): one SFT, RL or re-distillation run,
     then the chain's lineage on its final model and ``step_result.json``."""
-    spec = json.loads(spec_path.read_text())
+    spec = step_record(spec_path)
     kind, out = spec["kind"], Path(spec["out"])
     if kind == "sft":
         from training.sft import load_config, train_sft
@@ -395,7 +412,7 @@ def step_main(spec_path: Path) -> None:
     if PartialState().is_main_process:
         if spec.get("lineage") and kind != "sft":  # train_sft writes it itself; the others get it added here
             stamp_lineage(out / "final", spec["lineage"])
-        io.write_json(spec_path.with_name("step_result.json"), json.loads(json.dumps(result, default=str)))
+        io.write_json(spec_path.with_name("step_result.json"), io.jsonable(result))
 
 
 def sft_step(run: Run, state: ChainState, name: str, out_dir: Path, data: Path) -> ChainState:
@@ -422,20 +439,21 @@ def pin_data(run: Run, parts: tuple[str, ...] = ("sft", "curriculum", "train")) 
     reads only its copies, so another run that re-curates the shared workspace (the same selection or curriculum
     name) cannot change this run's data, and its model cards keep pointing at files whose content and hash do not
     change. Returns the record (sources and sha256 of every copy); idempotent."""
+    from curate.curriculum.stage import PLAN, read_plan
+
     recipe, ws, data = run.recipe, run.ws, run.run_dir / DATA
     curriculum = measured_name(run) if recipe.measure is not None else recipe.curriculum
     if "curriculum" in parts and recipe.curriculum and run.pinned("curriculum") is None:
         source = ws.curriculum_dir(curriculum)
-        plan_path = source / "plan.json"
-        if not plan_path.is_file():
+        plan = read_plan(source)
+        if plan is None:
             raise InputError(
-                f"curriculum {recipe.curriculum!r} has no plan.json at {plan_path}: run `curate curriculum`"
+                f"curriculum {recipe.curriculum!r} has no plan.json at {source / PLAN}: run `curate curriculum`"
             )
-        plan = json.loads(plan_path.read_text())
         for entry in plan.get("stages") or []:
             if entry.get("shard"):
                 _copy(source / entry["shard"], data / PINNED["curriculum"] / entry["shard"])
-        _copy(plan_path, data / PINNED["curriculum"] / "plan.json")  # last: a copy with its plan is whole
+        _copy(source / PLAN, data / PINNED["curriculum"] / PLAN)  # last: a copy with its plan is whole
     if "train" in parts and recipe.train and run.pinned("train") is None:
         _copy(resolve_path(ws, recipe.train), data / PINNED["train"])
     if "sft" in parts and recipe.sft is not None and run.pinned("sft") is None:
@@ -443,14 +461,21 @@ def pin_data(run: Run, parts: tuple[str, ...] = ("sft", "curriculum", "train")) 
         if not source.is_file():
             raise InputError(f"sft.data {source} not found: run the curation (`curate solutions`) first")
         _copy(source, data / PINNED["sft"])
-    record = data / PINNED_RECORD
-    if not record.is_file() or set(json.loads(record.read_text())["sha256"]) != _copies(data):
+    record = read_pinned(run.run_dir)
+    if record is None or set(record["sha256"]) != _copies(data):
         hashes = {name: file_hash(data / name) for name in sorted(_copies(data))}
         sources = {"curriculum": str(ws.curriculum_dir(curriculum)) if recipe.curriculum else None,
                    "train": str(resolve_path(ws, recipe.train)) if recipe.train else None,
                    "sft": str(resolve_path(ws, recipe.sft.data)) if recipe.sft is not None else None}  # fmt: skip
-        io.write_json(record, {"sha256": hashes, "sources": {k: v for k, v in sources.items() if v}})
-    return json.loads(record.read_text())
+        io.write_json(data / PINNED_RECORD, {"sha256": hashes, "sources": {k: v for k, v in sources.items() if v}})
+    return read_pinned(run.run_dir)
+
+
+def read_pinned(run_dir: str | Path) -> dict[str, Any] | None:
+    """``data/pinned.json`` of a run folder (``pin_data`` writes it): ``sha256`` of every copy, by its path under
+    ``data/``, and the ``sources`` they were copied from; None before the run pinned anything."""
+    path = Path(run_dir) / DATA / PINNED_RECORD
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def measured_name(run: Run) -> str:
@@ -473,12 +498,13 @@ def chain_lineage(run: Run, iteration: int = 0) -> dict[str, Any]:
     """What every model of the run came from: pool, selection, curriculum (or train file), solutions table,
     the resolved recipe and the run folder (the model card adds the code version). In CoScale iteration N the
     solutions table is that iteration's export and its CoScale pools snapshot is named too."""
+    from curate.curriculum.stage import read_plan
+
     recipe, ws = run.recipe, run.ws
     out: dict[str, Any] = {"pool": recipe.pool}
     if recipe.curriculum:
         folder = run.pinned("curriculum") or ws.curriculum_dir(recipe.curriculum)
-        plan_path = folder / "plan.json"
-        source = json.loads(plan_path.read_text()).get("source") or {} if plan_path.is_file() else {}
+        source = (read_plan(folder) or {}).get("source") or {}
         if source.get("selection"):
             out["selection"] = str(ws.selection_dir(source["selection"]) / "selection.parquet")
         out["curriculum"] = str(folder)
@@ -500,9 +526,9 @@ def chain_lineage(run: Run, iteration: int = 0) -> dict[str, Any]:
     if recipe.curate_recipe:
         out["curate_recipe"] = str(Path(recipe.curate_recipe).resolve())
     out["run"] = str(run.run_dir)
-    record = run.run_dir / DATA / PINNED_RECORD
-    if record.is_file():  # the run's own copies: where they came from and their content hashes
-        out["data"] = json.loads(record.read_text())
+    pinned = read_pinned(run.run_dir)
+    if pinned is not None:  # the run's own copies: where they came from and their content hashes
+        out["data"] = pinned
     return out
 
 

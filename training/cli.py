@@ -372,17 +372,18 @@ def show(
     fit and the lineage; or a model folder's lineage. --json prints everything recorded (chain.json, the whole
     fit.json, the gain)."""
     from training.card import read_lineage
+    from training.chain import CHAIN, RECIPE, Chain
+    from training.outcome import read_summary
+    from training.plots import read_fit
 
-    chain = run_dir / "chain.json"
-    is_run = chain.is_file() or (run_dir / "recipe.json").is_file()  # a run still in its first steps has no chain
+    chain = run_dir / CHAIN
+    is_run = chain.is_file() or (run_dir / RECIPE).is_file()  # a run still in its first steps has no chain
     if is_run:
-        payload = json.loads(chain.read_text()) if chain.is_file() else {}
-        fit = run_dir / "fit.json"
-        if fit.is_file():
-            payload["fit"] = json.loads(fit.read_text())
-        summary = run_dir / "summary.json"
-        if summary.is_file():
-            payload["gain_over_sft"] = json.loads(summary.read_text()).get("gain_over_sft")
+        payload = Chain(run_dir).to_dict() if chain.is_file() else {}
+        if (fit := read_fit(run_dir)) is not None:
+            payload["fit"] = fit
+        if (summary := read_summary(run_dir)) is not None:
+            payload["gain_over_sft"] = summary.get("gain_over_sft")
     elif (run_dir / "lineage.json").is_file():
         payload = read_lineage(run_dir)
     else:

@@ -5,7 +5,6 @@ It reads the model's own ``config.json`` and tokenizer files, never transformers
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -37,9 +36,9 @@ def write_generation_config(model_dir: str | Path, new_tokens: int) -> Path | No
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
         return None
-    config = json.loads((model_dir / "config.json").read_text())
+    config = io.read_json(model_dir / "config.json")
     path = model_dir / GENERATION_CONFIG
-    gen = json.loads(path.read_text()) if path.is_file() else {}
+    gen = io.read_json(path) if path.is_file() else {}
     tokens = _special_token_ids(model_dir)
     eos: list[int] = []
     for ids in (gen.get("eos_token_id"), config.get("eos_token_id"), tokens.get("eos_token")):
@@ -65,8 +64,8 @@ def _special_token_ids(model_dir: Path) -> dict[str, int]:
     cfg_path, tok_path = model_dir / "tokenizer_config.json", model_dir / "tokenizer.json"
     if not cfg_path.is_file() or not tok_path.is_file():
         return {}
-    cfg = json.loads(cfg_path.read_text())
-    tok = json.loads(tok_path.read_text())
+    cfg = io.read_json(cfg_path)
+    tok = io.read_json(tok_path)
     vocab = {t["content"]: t["id"] for t in tok.get("added_tokens") or []}
     model_vocab = (tok.get("model") or {}).get("vocab")
     out = {}

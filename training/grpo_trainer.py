@@ -25,6 +25,7 @@ trainer.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from collections.abc import Mapping
@@ -250,6 +251,11 @@ class CurateGRPOTrainer(GRPOTrainer):
         return output
 
     # -------------------------------------------------------------- checkpoints and logs
+    def load_sampler_state(self, checkpoint: Path) -> None:
+        """Restore the curriculum's position from a checkpoint's ``sampler_state.json`` (``_save_checkpoint``
+        writes it): a resumed run draws the prompts the uninterrupted one would have."""
+        self.bridge.load_checkpoint_state(json.loads((Path(checkpoint) / SAMPLER_STATE).read_text()))
+
     def _save_checkpoint(self, model, trial):
         folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
         state = self.bridge.checkpoint_state(self.state.global_step // self.steps_per_chunk)

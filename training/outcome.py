@@ -13,6 +13,9 @@ records say afterwards, so the runner, the Prefect flow (``flows/training.py``) 
 - ``zero_variance``: the share of zero-variance groups RL met beside ``measure``'s forecast;
 - ``fit_and_plot``: ``metrics.parquet`` of the whole chain, the figures and ScaleRL's sigmoid fit (``fit.json``);
 - ``write_summary`` / ``read_summary``: ``summary.json``.
+
+Two records have their readers beside their writers elsewhere: ``chain.json`` (``training.chain.Chain``) and a
+stage's ``config.json`` (``training.rl.read_config``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 from curate import io
 from curate import schema as S
 from training.chain import ChainState, Run, chain_lineage
+from training.rl import read_config
 
 
 SUMMARY = "summary.json"
@@ -145,7 +149,7 @@ def zero_variance(run: Run) -> dict[str, Any]:
         if "stage_dir" in rec and path.is_file():
             m = pl.read_parquet(path)
             if "kept_group_frac" in m.columns:
-                n = json.loads((Path(rec["stage_dir"]) / "config.json").read_text())["rl"]["prompts_per_step"]
+                n = read_config(Path(rec["stage_dir"])).rl.prompts_per_step
                 kept += float(m["kept_group_frac"].fill_null(0.0).sum()) * n
                 groups += m.height * n
     observed = round(1.0 - kept / groups, 4) if groups else None
@@ -244,6 +248,13 @@ def write_summary(
         **dict(fit or {}),
         **dict(extra or {}),
     }
-    summary = json.loads(json.dumps(summary, default=str))
+    summary = io.jsonable(summary)
     io.write_json(run.run_dir / SUMMARY, summary)
     return summary
+
+
+def read_summary(run: str | Path) -> dict[str, Any] | None:
+    """Run folder ``run``'s ``summary.json`` (``write_summary``: every step, the lineage, decisions, the fit and
+    figures, ``gain_over_sft``, ``zero_variance``, ``timings``), None before the run wrote one."""
+    path = Path(run) / SUMMARY
+    return json.loads(path.read_text()) if path.is_file() else None

@@ -171,6 +171,12 @@ def model_folder(ws: io.Workspace, name: str) -> Path:
     return folder
 
 
+def read_source(folder: Path) -> dict[str, Any]:
+    """What a converted folder was built from (``source.json``, written by ``build``): the package, its version,
+    the GGUF's hash and the converter."""
+    return json.loads((folder / SOURCE).read_text())
+
+
 def cached_problem(folder: Path, source: dict[str, Any] | None) -> str | None:
     """What is wrong with a cached folder (``"damaged: ..."``, ``"stale: ..."``), or None when it is whole and was
     built from ``source`` (None: any source)."""
@@ -182,7 +188,7 @@ def cached_problem(folder: Path, source: dict[str, Any] | None) -> str | None:
     if problem is not None:
         return f"damaged: {problem}"
     if source is not None:
-        built = json.loads((folder / SOURCE).read_text())
+        built = read_source(folder)
         if built != source:
             changed = sorted(k for k in set(built) | set(source) if built.get(k) != source.get(k))
             return f"stale: built from another {', '.join(changed)}"
@@ -314,5 +320,7 @@ curate-rl `training init-packaged` (converter {CONVERTER}): {figures["convert_cp
 
 def describe(folder: Path) -> dict[str, Any]:
     """The figures a converted folder records (``lineage.json``'s metrics plus the folder), for the CLI."""
-    lineage = json.loads((folder / "lineage.json").read_text())
+    from training.card import read_lineage
+
+    lineage = read_lineage(folder)
     return {"model": str(folder), **lineage["metrics"], **{k: v for k, v in lineage["data"].items() if k != "gguf"}}

@@ -18,7 +18,7 @@ CISPO always gets an explicit absolute cap ``epsilon_high`` (5.0 unless set): TR
 
 Run folder::
 
-    config.json        resolved RLConfig + model, train file (sha256), pool, ledger model
+    config.json        resolved RLConfig + model, train file (sha256), pool, ledger model (``read_config``)
     metrics.parquet    one row per optimizer step (reward, kept-group fraction, entropy, lengths, truncation,
                        clip ratio, tokens, wall time, ...)
     checkpoints/checkpoint-N/   TRL checkpoint + sampler_state.json
@@ -41,7 +41,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -160,7 +160,7 @@ class RLConfig:
         return self.prompts_per_step * self.num_generations
 
     def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+        return io.jsonable(dataclasses.asdict(self))
 
 
 def _check_counts(cfg: RLConfig) -> None:
@@ -369,6 +369,27 @@ def run_identity(
     }
 
 
+class StageConfig(NamedTuple):
+    """A stage folder's ``config.json`` read back (``read_config``): its settings as an ``RLConfig`` and the whole
+    identity it was bound to (``run_identity``: model, train file and its sha256, pool, ledger model; plus the
+    run id and world size)."""
+
+    rl: RLConfig
+    identity: dict[str, Any]
+
+
+def read_config(stage_dir: Path) -> StageConfig | None:
+    """The ``config.json`` ``train_rl`` bound ``stage_dir`` to, its ``rl`` settings validated back into an
+    ``RLConfig`` (the sampler's policy and seed come from the stage's own, as when it was built); None before the
+    stage started."""
+    saved = run_folder.read_identity(stage_dir, CONFIG)
+    if saved is None:
+        return None
+    settings = dict(saved.get("rl") or {})
+    settings["sampler"] = {k: v for k, v in (settings.get("sampler") or {}).items() if k not in ("policy", "seed")}
+    return StageConfig(load_rl_config(settings), saved)
+
+
 def train_rl(
     cfg: RLConfig,
     *,
@@ -424,7 +445,7 @@ def train_rl(
         world_size=state.num_processes,
     )
     if checkpoint is not None:
-        trainer.bridge.load_checkpoint_state(json.loads((checkpoint / run_folder.SAMPLER_STATE).read_text()))
+        trainer.load_sampler_state(checkpoint)
         trainer.resume_rng_from = str(checkpoint)  # restored at the first step: the resumed steps sample the same
     trainer.optimizer_from = optimizer_from
     final = out_dir / run_folder.FINAL

@@ -69,12 +69,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from curate import io
 from curate.progress import status_file
 from training import rl, run_folder
 from training.chain import (
@@ -157,7 +157,7 @@ def curation(run: Run) -> list[dict[str, Any]]:
     ran = [r.stage for r in results if not r.skipped]
     run.echo(f"[chain] curation: {len(results)} stage(s), ran {ran or 'none (up to date)'} "
              f"[{time.perf_counter() - t0:.0f} s]")  # fmt: skip
-    return [json.loads(json.dumps(r.to_dict(), default=str)) for r in results]
+    return [io.jsonable(r.to_dict()) for r in results]
 
 
 def init_model(run: Run) -> ChainState:
@@ -224,7 +224,7 @@ def measure(run: Run, state: ChainState) -> ChainState:
     def run_curate(stage: str) -> None:
         crecipe = curate_recipe(run.recipe, stage, sections[stage])
         result = pipeline.run_stage(stage, run.ws, crecipe, progress=True).to_dict()  # the rollout's progress line
-        record[stage] = json.loads(json.dumps(result.get("summary") or {}, default=str))
+        record[stage] = io.jsonable(result.get("summary") or {})
         run.echo(f"[chain] measure: {stage} [{result['wall_s']:.0f} s]")
 
     run_curate("rollout")
@@ -287,7 +287,7 @@ def redistill(run: Run, state: ChainState) -> ChainState:
 
     if run_folder.finished(rd_dir, METRICS) is None:
         last = Path(state.last_stage)
-        ledger_model = json.loads((last / "config.json").read_text()).get("ledger_model") or last.name
+        ledger_model = rl.read_config(last).identity.get("ledger_model") or last.name
         run_step({
             "kind": "redistill", "out": str(rd_dir), "model": state.initial,
             "ledger": str(rollout_ledger.folder(run.ws, recipe.pool, ledger_model)),
