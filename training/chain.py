@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -44,6 +45,7 @@ DATA = "data"  # the run's own copy of what it trains on (``pin_data``)
 PINNED = {"curriculum": "curriculum", "train": "train.parquet", "sft": "sft.parquet"}
 PINNED_RECORD = "pinned.json"  # what was copied from where, with content hashes
 STEP_LOG = "step.log"  # a training step's output, beside its run folder's files
+STEP_LINE = re.compile(r"\b(?:sft|rl) step (\d+)/(\d+)")  # a training step's progress line (training.sft, .rl)
 LOCK = "run.lock"  # one writer per run folder (``run_lock``)
 RECIPE = "recipe.json"  # the resolved recipe the run was made with
 RUNNING = "running.json"  # what a live run is doing, how far (curate.progress.status_file; ``training show``)
@@ -266,8 +268,8 @@ def running_line(run_dir: Path) -> str | None:
     """What ``training show`` says about a run folder's live run (``RUNNING``, written by ``curate.progress.
     status_file`` around each step): the step, how long it has run and how far it is: an evaluation's or a
     measure's progress line (done/total, rate, time left), or a training step's last ``step N/M`` line in its
-    ``step.log``. A file whose process is gone names the step a killed run stopped in. None when nothing runs."""
-    import re
+    ``step.log``, with the time left when the run's status has it (``_StepProgress``). A file whose process is
+    gone names the step a killed run stopped in. None when nothing runs."""
     import socket
 
     from curate.progress import duration, read_status, status_line
@@ -283,14 +285,22 @@ def running_line(run_dir: Path) -> str | None:
     if status.get("bar"):
         return f"{line}; {status_line(status['bar'])}"
     log = Path(status["log"]) if status.get("log") else None
-    if log is not None and log.is_file():
+    if log is None or not log.is_file():
+        return line
+    train = status.get("train") or {}
+    if train.get("total"):
+        done, total = train["done"], train["total"]
+    else:  # no progress recorded yet: the log's last progress line
         with log.open("rb") as f:
             f.seek(max(0, log.stat().st_size - 65536))
-            found = re.findall(r"\b(?:sft|rl) step (\d+)/(\d+)", f.read().decode("utf-8", errors="replace"))
-        if found:
-            done, total = found[-1]
-            return f"{line}; training step {int(done):,} of {int(total):,} ({log.name}: {log})"
-    return line
+            found = STEP_LINE.findall(f.read().decode("utf-8", errors="replace"))
+        if not found:
+            return line
+        done, total = found[-1]
+    left = train.get("left_s")
+    if left is not None:  # counted down from when it was written
+        left = f", ~{duration(max(0.0, left - (time.time() - status.get('updated_at', time.time()))))} left"
+    return f"{line}; training step {int(done):,} of {int(total):,}{left or ''} ({log.name}: {log})"
 
 
 def _alive(pid: int) -> bool:
@@ -326,18 +336,21 @@ def run_step(spec: Mapping[str, Any], launch: list[str] | None = None) -> dict[s
     result_path.unlink(missing_ok=True)
     cmd = [*(launch or [sys.executable]), "-m", "training.chain", str(spec_path)]
     log = out / STEP_LOG
-    with log.open("ab") as sink:
+    with log.open("ab", buffering=0) as sink:  # unbuffered: each chunk is in the log as it arrives
         proc = subprocess.Popen(
             cmd, env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent(os.getpid()),
         )  # fmt: skip
         set_status(log=str(log))  # ``training show`` reads the step's progress lines there
         decode = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        progress = _StepProgress()
         try:
             for chunk in iter(lambda: proc.stdout.read1(65536), b""):
                 sink.write(chunk)
-                sys.stderr.write(decode.decode(chunk))
+                text = decode.decode(chunk)
+                sys.stderr.write(text)
                 sys.stderr.flush()
+                progress.feed(text)
         finally:
             if proc.poll() is None:  # we are being interrupted: the step goes too
                 proc.terminate()
@@ -354,6 +367,29 @@ def step_record(path: Path) -> dict[str, Any]:
     """A step's ``step_spec.json`` (``run_step`` writes it for the step's process) or ``step_result.json``
     (``step_main`` writes it for the parent)."""
     return json.loads(Path(path).read_text())
+
+
+class _StepProgress:
+    """Follows a step's ``sft step N/M`` / ``rl step N/M`` lines as ``run_step`` copies them and puts the step,
+    the total and the time left into the run's status file (``RUNNING``, ``training show``). The rate is taken
+    from the lines this process saw, so a step resumed at N counts only the steps it trains."""
+
+    def __init__(self) -> None:
+        self.partial = ""
+        self.first: tuple[int, float] | None = None
+
+    def feed(self, text: str) -> None:
+        lines = (self.partial + text).split("\n")
+        self.partial = lines.pop()[-4096:]  # a line still being written (a progress bar's \r updates: its tail)
+        found = [m for line in lines if (m := STEP_LINE.search(line))]
+        if not found:
+            return
+        done, total, now = int(found[-1][1]), int(found[-1][2]), time.time()
+        if self.first is None or done < self.first[0]:
+            self.first = (done, now)
+        start, since = self.first
+        left = (total - done) * (now - since) / (done - start) if done > start else None
+        set_status(train={"done": done, "total": total, "left_s": left})
 
 
 class StepFailed(CurateError):
