@@ -301,7 +301,8 @@ def redistill(run: Run, state: ChainState) -> ChainState:
 
 def evaluate_model(run: Run, state: ChainState, last: bool = True) -> ChainState:
     """Held-out pass@1 of the model the previous step trained (and of an RL stage's checkpoints, ``eval.every``);
-    one ``chain.json`` record; skipped when the record exists. ``last``: False for an RL stage a later stage of the
+    one ``chain.json`` record; skipped when the record exists (a rerun prints the recorded line, marked done, so
+    every step reports). ``last``: False for an RL stage a later stage of the
     pass follows (``_rl_passes`` knows): it is not evaluated at ``eval.temperatures``."""
     from training.evaluate import append_eval
 
@@ -310,7 +311,8 @@ def evaluate_model(run: Run, state: ChainState, last: bool = True) -> ChainState
         return state
     state = dataclasses.replace(state, pending=None)
     chain = run.chain()
-    if chain.get(p["step"]) is not None:
+    if (done := chain.get(p["step"])) is not None:
+        _echo_heldout(run, done, " (done)")
         return state
     t0 = time.perf_counter()
     is_rl = p.get("kind") == "rl"
@@ -335,9 +337,14 @@ def evaluate_model(run: Run, state: ChainState, last: bool = True) -> ChainState
     _card_evaluation(run, p, ev)
     if is_rl:
         append_eval(run.run_dir, p["offset_step"] + p["rl_steps"], p["eval_compute"], rec)
-    run.echo(f"[chain] {p['step']:<24} held-out pass@1 = {ev['pass_at_1']:.3f} ± {ev['stderr']:.3f} "
-             f"(n={ev['n_problems']}, k={ev['k']})  [{rec['wall_s']:.0f} s]")  # fmt: skip
+    _echo_heldout(run, rec)
     return state
+
+
+def _echo_heldout(run: Run, rec: Mapping[str, Any], note: str = "") -> None:
+    """A step's held-out line: ``[chain] sft   held-out pass@1 = 0.631 ± 0.027 (n=300, k=4)  [359 s]``."""
+    run.echo(f"[chain] {rec['step']:<24} held-out pass@1 = {rec['pass_at_1']:.3f} ± {rec['stderr']:.3f} "
+             f"(n={rec['n_problems']}, k={rec['k']})  [{rec['wall_s']:.0f} s]{note}")  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------- decisions

@@ -280,6 +280,25 @@ def test_the_chain_reads_its_plan_once_per_pass_and_tells_the_evaluation_which_s
     assert len(reads) == 2  # checked before any model work, then read for the pass
 
 
+def test_a_rerun_reports_every_evaluated_step_as_done(tmp_path):
+    """Issue 38.11: a finished run's rerun printed the comparison lines but not the per-step held-out lines; every
+    step reports its recorded line instead, marked done, and nothing is evaluated again."""
+    from curate import io
+    from training.chain import ChainState, Run
+    from training.recipe import RunRecipe
+    from training.runner import evaluate_model
+
+    echoed: list[str] = []
+    run = Run(RunRecipe(name="r", pool="t", train="x.parquet", rl=RLConfig()), io.Workspace(tmp_path), tmp_path,
+              echoed.append)  # fmt: skip
+    run.chain().put({"step": "sft", "model": str(tmp_path / "sft" / "final"), "wall_s": 359.4, "pass_at_1": 0.631,
+                     "stderr": 0.027, "n_problems": 300, "k": 4})  # fmt: skip
+    pending = {"step": "sft", "model": str(tmp_path / "sft" / "final"), "wall_s": 0.1}
+    state = evaluate_model(run, ChainState(model="m", initial="i", pending=pending))
+    assert state.pending is None  # no model was loaded: the held-out problems do not even exist here
+    assert echoed == ["[chain] sft                      held-out pass@1 = 0.631 ± 0.027 (n=300, k=4)  [359 s] (done)"]
+
+
 @pytest.mark.slow
 def test_coscale_iteration_remeasures_adds_sft_on_unsolvable_and_trains_rl_on_solvable(tmp_path):
     """A real CoScale iteration on the tiny model: curate rollout of the trained model, curate solutions with it as
