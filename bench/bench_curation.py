@@ -24,8 +24,10 @@ baseline; kept-group fractions; the forecast share of zero-variance groups again
 split's leaked problems apart from its clean ones; and the mode decomposition (the share of samples that write as
 many steps as the chain has operations, and the accuracy among those) before and after, per arm.
 
-    python bench/bench_curation.py --seeds 0 1 2 3 4 --jobs 2 --home /tmp/bench-curation
+    python bench/bench_curation.py --seeds 0 1 2 3 4 --jobs 2 --home /tmp/bench-curation \
+        --json bench/json/curation.json --quote bench/json/curation-quote.json
     python bench/bench_curation.py --report-only --home /tmp/bench-curation --json /tmp/curation.json
+    python bench/tables.py     # bench/README.md's tables (and README.md's headline) from bench/json/
 
 Finished runs are read back; a rerun only trains what is missing. The ``__main__`` guard is required (the answer
 checker spawns workers that re-import this script).
@@ -422,6 +424,13 @@ def report(home: Path, seeds: list[int], cpu: dict[str, float]) -> dict[str, Any
     return results
 
 
+def measured_at(argv: list[str]) -> dict[str, Any]:
+    """When, with what command and at which commit a report was made (the tables print it: ``bench/tables.py``)."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return {"date": time.strftime("%Y-%m-%d"), "command": shlex.join(["python", *argv]),
+            "commit": commit.stdout.strip() or None, "load": round(os.getloadavg()[0], 1)}  # fmt: skip
+
+
 def quote(results: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
     """What ``./scripts/demo`` prints after its run: each seed's raw and curated figures (T = 0.6) and the pooled
     comparisons, with the date and the command that measured them."""
@@ -442,8 +451,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="runs at once (one thread each)")
     ap.add_argument("--home", default="/tmp/bench-curation")
     ap.add_argument("--report-only", action="store_true", help="read the finished runs back; train nothing")
-    ap.add_argument("--json", help="write the results here")
-    ap.add_argument("--quote", help="write the short summary ./scripts/demo quotes here (bench/curation-quote.json)")
+    ap.add_argument("--json", help="write the results here (bench/json/curation.json: bench/tables.py reads it)")
+    ap.add_argument("--quote", help="write the summary ./scripts/demo quotes here (bench/json/curation-quote.json)")
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE for every training run (a shorter grid)")
     ap.add_argument("--raw-set", action="append", default=[], help="KEY=VALUE for the raw arm's training run only")
     ap.add_argument("--curated-set", action="append", default=[], help="KEY=VALUE for the curated arm's run only")
@@ -460,7 +469,7 @@ def main() -> None:
         cpu.update(run_all(home, args.arms, args.seeds, args.jobs))
         cpu_file.write_text(json.dumps(cpu, indent=1))
         print(f"load average after: {os.getloadavg()}")
-    results = report(home, args.seeds, cpu)
+    results = {"measured": measured_at(sys.argv), **report(home, args.seeds, cpu)}
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
     if args.quote:

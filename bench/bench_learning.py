@@ -24,7 +24,7 @@ and cached evaluations, so another ``--tag`` adds an RL arm to the same SFT mode
 required: the answer checker spawns workers that re-import this script.
 
 Issue 21's measurement ("two modes": SFT 2-4 operations with every solution also stopped early; RL and held-out on
-2-4 operations; results in bench/README.md and the issue's report):
+2-4 operations; results in bench/HISTORY.md and the issue's report):
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_learning.py --seeds 0 1 2 --out /tmp/rl_explore/r2 \
         --sft-ops 2-4 --long-share 0 --truncated-share 1.0 --sft-rows 4000 --sft-epochs 2 --rl-ops 2-4 \

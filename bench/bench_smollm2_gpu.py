@@ -1,7 +1,7 @@
 """SmolLM2-135M-Instruct through the whole chain on one GPU: convert, SFT, measure, CISPO; pass@1 before and after.
 
-On a CUDA machine, from the repository root, with the wheels installed (bench/README.md, "SmolLM2-135M on a GPU",
-has the carry steps and the exact device commands):
+On a CUDA machine, from the repository root, with the wheels installed (bench/README.md, "Carrying bench_smollm2_gpu.py
+to a GPU machine", has the carry steps and the exact device commands):
 
     PYTHONPATH=/tmp/site:$PWD python3 bench/bench_smollm2_gpu.py --home /tmp/smol --out "$OUT"
 
@@ -18,8 +18,8 @@ has the carry steps and the exact device commands):
 Sizing (``--sizes gpu``, the default; meant to finish in about 5 minutes on one H100, with a ``--deadline-s`` of 420
 s as the stop): 100 held-out problems x 4 samples in one generate call per evaluation (3 evaluations); ``measure``
 samples 256 RL candidates x 8 at 512 sequences per call; SFT is the recipe's (one epoch of ~3,700 verified rows in
-batches of 8, ~470 steps); RL stage 1 is 20 steps. The estimate (bench/README.md has it in full) scales the tiny
-model's H100 figures (bench/README.md, "The chain on a GPU") by depth and tokens. A run cut by the deadline still
+batches of 8, ~470 steps); RL stage 1 is 20 steps. The estimate (bench/HISTORY.md has it in full) scales the tiny
+model's H100 figures (bench/HISTORY.md, "The chain on a GPU") by depth and tokens. A run cut by the deadline still
 reports the steps that finished, and the same command resumes it. ``--sizes smoke`` cuts everything to one step
 (the slow test's sizes): about 2 CPU-minutes, to check the script on a CPU before spending device time.
 """

@@ -76,6 +76,7 @@ READERS = {
     "training/packaged.py": {"read_source"},
     "training/grpo_trainer.py": {"CurateGRPOTrainer.load_sampler_state"},
     "bench/bench_select.py": {"bench_lines", "verb_summary"},
+    "bench/tables.py": {"render"},
 }
 
 
