@@ -67,7 +67,9 @@ def main() -> None:
     results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     meta = list(home.glob("cache/encoders/*/meta.json"))
     if meta:
-        results["static_model"] = json.loads(meta[0].read_text())
+        from curate import io
+
+        results["static_model"] = io.read_json(meta[0])  # the static encoder's record (curate.embed)
     d = results["decontaminate"]["summary"]
     results["decontaminate_counts"] = {
         k: d.get(k) for k in ("train", "contaminated", "by_kind", "near_duplicates_dropped", "kept", "encoder")

@@ -24,8 +24,10 @@ baseline; kept-group fractions; the forecast share of zero-variance groups again
 split's leaked problems apart from its clean ones; and the mode decomposition (the share of samples that write as
 many steps as the chain has operations, and the accuracy among those) before and after, per arm.
 
-    python bench/bench_curation.py --seeds 0 1 2 3 4 --jobs 2 --home /tmp/bench-curation
+    python bench/bench_curation.py --seeds 0 1 2 3 4 --jobs 2 --home /tmp/bench-curation \
+        --json bench/json/curation.json --quote bench/json/curation-quote.json
     python bench/bench_curation.py --report-only --home /tmp/bench-curation --json /tmp/curation.json
+    python bench/tables.py     # bench/README.md's tables (and README.md's headline) from bench/json/
 
 Finished runs are read back; a rerun only trains what is missing. The ``__main__`` guard is required (the answer
 checker spawns workers that re-import this script).
@@ -65,7 +67,21 @@ def finished(home: Path, arm: str, seed: int) -> bool:
 
 
 def summary(home: Path, arm: str, seed: int) -> dict[str, Any]:
-    return json.loads((run_dir(home, arm, seed) / "summary.json").read_text())
+    from training.outcome import read_summary
+
+    return read_summary(run_dir(home, arm, seed))
+
+
+def chain(home: Path, arm: str, seed: int) -> Any:
+    """The run's ``chain.json`` (``training.chain.Chain``: its steps and notes)."""
+    from training.chain import Chain
+
+    return Chain(run_dir(home, arm, seed))
+
+
+def rl_records(home: Path, arm: str, seed: int) -> list[dict[str, Any]]:
+    """The run's RL stage records (``chain.json``), in the order they trained."""
+    return [r for r in chain(home, arm, seed).steps if "rl_steps" in r]
 
 
 def step_cpu(summ: dict[str, Any], prefix: str) -> float:
@@ -76,14 +92,16 @@ def step_cpu(summ: dict[str, Any], prefix: str) -> float:
 # --------------------------------------------------------------------------------------------------- the arms
 def baseline_steps(home: Path, seed: int) -> int:
     """SFT steps that cost what the curated arm's RL cost: its RL stages' CPU-seconds over its SFT's per step."""
+    from training.sft import read_metrics
+
     s = summary(home, "curated", seed)
-    sft_steps = json.loads((run_dir(home, "curated", seed) / "sft" / "metrics.json").read_text())["steps"]
+    sft_steps = read_metrics(run_dir(home, "curated", seed) / "sft")["steps"]
     return max(1, round(step_cpu(s, "rl:") / (step_cpu(s, "sft") / sft_steps)))
 
 
 def measured(home: Path, seed: int) -> tuple[str, str]:
     """The curated run's ``measure``: the ledger model its rollouts went to, and the selection it made."""
-    note = json.loads((run_dir(home, "curated", seed) / "chain.json").read_text())["notes"]["measure"][0]
+    note = chain(home, "curated", seed).notes["measure"][0]
     return note.get("ledger_model", note["model"]), note["select"]["selection"]  # the ledger's name for the model
 
 
@@ -164,16 +182,10 @@ def run_all(home: Path, arms: list[str], seeds: list[int], jobs: int) -> dict[st
 
 # --------------------------------------------------------------------------------------------------- the tables
 def table(home: Path, arm: str, seed: int, step: str | None, temperature: float | None = None) -> Any:
-    """A chain step's per-problem held-out table (``training.runner.eval_file``), or None."""
-    import polars as pl
+    """A chain step's per-problem held-out table (``training.outcome.step_table``), or None."""
+    from training.outcome import step_table
 
-    from training.runner import EVALS, eval_file
-
-    if step is None:
-        return None
-
-    path = run_dir(home, arm, seed) / EVALS / eval_file(step, temperature)
-    return pl.read_parquet(path) if path.is_file() else None
+    return step_table(run_dir(home, arm, seed), step, temperature)
 
 
 def rate(t: Any) -> float:
@@ -205,15 +217,14 @@ def fmt(g: dict[str, Any] | None) -> str:
 
 def steps_of(home: Path, arm: str, seed: int) -> dict[str, str]:
     """The named points of an arm: ``sft`` and ``end`` (its last model); raw also ``at40``; curated ``at10..at40``."""
-    chain = json.loads((run_dir(home, arm, seed) / "chain.json").read_text())["steps"]
-    rl = [r for r in chain if "rl_steps" in r]
+    rl = rl_records(home, arm, seed)
     out = {"sft": "sft", "end": rl[-1]["step"] if rl else "sft"}
-    from training.runner import EVALS, checkpoint_eval, eval_file
+    from training.outcome import checkpoint_eval, eval_path
 
     for r in rl:  # stage ends, and checkpoints evaluated inside a stage (eval.every)
         out[f"at{r['offset_step'] + r['rl_steps']}"] = r["step"]
         for k in range(1, r["rl_steps"]):
-            if (run_dir(home, arm, seed) / EVALS / eval_file(checkpoint_eval(r["step"], k))).is_file():
+            if eval_path(run_dir(home, arm, seed), checkpoint_eval(r["step"], k)).is_file():
                 out[f"at{r['offset_step'] + k}"] = checkpoint_eval(r["step"], k)
     return out
 
@@ -222,10 +233,12 @@ def held_out(home: Path) -> tuple[Any, set[str]]:
     """The test problems (problem_id, ops) and the ids of those with a copy in a training source (leaked)."""
     import polars as pl
 
+    from curate import schema as S
+
     problems = pl.read_parquet(home / "pools" / "tiny" / "problems.parquet")
-    metas = [json.loads(m or "{}") for m in problems["meta"]]
-    leaked = {m["waste"]["copy"]["of"] for m in metas if m.get("waste", {}).get("copy", {}).get("kind") == "leak"}
-    ops = pl.Series("ops", [m.get("ops") for m in metas], dtype=pl.Int64)
+    copies = [(w or {}).get("copy") or {} for w in S.meta_values(problems[S.META], "waste")]
+    leaked = {c["of"] for c in copies if c.get("kind") == "leak"}
+    ops = pl.Series("ops", S.meta_values(problems[S.META], "ops"), dtype=pl.Int64)
     test = problems.with_columns(ops).filter(pl.col("split") == "test").select("problem_id", "ops")
     return test, leaked & set(test["problem_id"])
 
@@ -235,12 +248,12 @@ def modes(home: Path, arm: str, seed: int, step: str, test: Any, temperature: fl
     those, from the evaluation's samples (``<step>.samples.parquet``)."""
     import polars as pl
 
-    from training.runner import EVALS, eval_file
+    from training.outcome import step_table
 
-    path = (run_dir(home, arm, seed) / EVALS / eval_file(step, temperature)).with_suffix(".samples.parquet")
-    if not path.is_file():
+    s = step_table(run_dir(home, arm, seed), step, temperature, samples=True)
+    if s is None:
         return {}
-    s = pl.read_parquet(path).join(test, on="problem_id")
+    s = s.join(test, on="problem_id")
     s = s.with_columns(pl.Series("steps", [len(_STEP.findall(c or "")) for c in s["completion"]]))
     done = s.filter(pl.col("steps") == pl.col("ops"))
     return {"finished": done.height / s.height, "acc_finished": float(done["correct"].mean()) if done.height else 0.0,
@@ -248,20 +261,17 @@ def modes(home: Path, arm: str, seed: int, step: str, test: Any, temperature: fl
 
 
 # --------------------------------------------------------------------------------------------------- the report
-def paired(ta: Any, tb: Any, keep: set[str] | None = None) -> dict[str, Any] | None:
-    """``ta`` minus ``tb`` on the same problems (``training.evaluate.paired_gain``), optionally on ``keep`` only."""
-    import polars as pl
+def paired(
+    home: Path, seed: int, a: tuple[str, str | None], b: tuple[str, str | None], temperature: float | None = None,
+    keep: set[str] | None = None,
+) -> dict[str, Any] | None:  # fmt: skip
+    """Arm ``a``'s step minus arm ``b``'s (each ``(arm, step)``) on the same problems at one seed
+    (``training.outcome.paired``), optionally on ``keep`` only; None when either was not evaluated."""
+    from training import outcome
 
-    from training.evaluate import paired_gain
-
-    if ta is None or tb is None:
-        return None
-    if keep is not None:
-        ta, tb = (t.filter(pl.col("problem_id").is_in(list(keep))) for t in (ta, tb))
-    try:
-        return paired_gain(ta, tb)
-    except ValueError:  # fewer than two problems scored by both (a small subset)
-        return None
+    (arm_a, step_a), (arm_b, step_b) = a, b
+    return outcome.paired(run_dir(home, arm_a, seed), step_a, step_b, temperature,
+                          before_run=run_dir(home, arm_b, seed), keep=keep)  # fmt: skip
 
 
 COMPARISONS = (  # (name, arm a, point a, arm b, point b): a minus b, paired per seed
@@ -281,18 +291,19 @@ def curve(home: Path, arm: str, seed: int, sft_run: str | None = None) -> list[t
     """(rollouts, CPU-seconds, pass@1): the SFT model at 0, then after ``measure``'s rollouts and CPU (the same
     pass rate), then each evaluated RL point. CPU within a stage is interpolated by steps. ``sft_run``: the arm
     whose SFT model this one starts from (``bench_methods.py``'s arms borrow one), else its own."""
-    from training.runner import checkpoint_eval
+    from training.outcome import checkpoint_eval
+    from training.rl import read_config
 
-    s, d = summary(home, arm, seed), run_dir(home, arm, seed)
-    note = json.loads((d / "chain.json").read_text()).get("notes", {}).get("measure") or [{}]
+    s = summary(home, arm, seed)
+    note = chain(home, arm, seed).notes.get("measure") or [{}]
     start_rollouts = float((note[0].get("rollout") or {}).get("samples_generated", 0) or 0)
     start_cpu = step_cpu(s, "measure")
     sft = rate(table(home, sft_run or arm, seed, "sft"))
     pts = [(0.0, 0.0, sft), (start_rollouts, start_cpu, sft)]  # the SFT model needs no rollouts
     rollouts, cpu = start_rollouts, start_cpu
-    for rec in (r for r in json.loads((d / "chain.json").read_text())["steps"] if "rl_steps" in r):
-        cfg = json.loads((Path(rec["stage_dir"]) / "config.json").read_text())["rl"]
-        per = cfg["prompts_per_step"] * cfg["num_generations"]
+    for rec in rl_records(home, arm, seed):
+        cfg = read_config(Path(rec["stage_dir"])).rl
+        per = cfg.prompts_per_step * cfg.num_generations
         stage_cpu = step_cpu(s, rec["step"])
         for k in range(1, rec["rl_steps"]):  # checkpoints evaluated inside the stage (eval.every)
             t = table(home, arm, seed, checkpoint_eval(rec["step"], k))
@@ -342,8 +353,7 @@ def point(home: Path, arm: str, seed: int, name: str) -> str | None:
     """A named point's chain step (``steps_of``); ``same_steps``: the arm after as many RL steps as the seed's
     curated arm took in all (None when it was not evaluated there)."""
     if name == "same_steps":
-        chain = json.loads((run_dir(home, "curated", seed) / "chain.json").read_text())["steps"]
-        name = f"at{sum(r['rl_steps'] for r in chain if 'rl_steps' in r)}"
+        name = f"at{sum(r['rl_steps'] for r in rl_records(home, 'curated', seed))}"
     return steps_of(home, arm, seed).get(name)
 
 
@@ -353,9 +363,7 @@ def compare(home: Path, seeds: list[int], keep: set[str] | None = None, temperat
         gains = {}
         for seed in seeds:
             if finished(home, a, seed) and finished(home, b, seed):
-                ta = table(home, a, seed, point(home, a, seed, pa), temperature)
-                tb = table(home, b, seed, point(home, b, seed, pb), temperature)
-                g = paired(ta, tb, keep)
+                g = paired(home, seed, (a, point(home, a, seed, pa)), (b, point(home, b, seed, pb)), temperature, keep)
                 if g is not None:
                     gains[seed] = g
         out[name] = {"per_seed": gains, "pooled": pooled(list(gains.values()))}
@@ -416,6 +424,13 @@ def report(home: Path, seeds: list[int], cpu: dict[str, float]) -> dict[str, Any
     return results
 
 
+def measured_at(argv: list[str]) -> dict[str, Any]:
+    """When, with what command and at which commit a report was made (the tables print it: ``bench/tables.py``)."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return {"date": time.strftime("%Y-%m-%d"), "command": shlex.join(["python", *argv]),
+            "commit": commit.stdout.strip() or None, "load": round(os.getloadavg()[0], 1)}  # fmt: skip
+
+
 def quote(results: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
     """What ``./scripts/demo`` prints after its run: each seed's raw and curated figures (T = 0.6) and the pooled
     comparisons, with the date and the command that measured them."""
@@ -436,23 +451,25 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="runs at once (one thread each)")
     ap.add_argument("--home", default="/tmp/bench-curation")
     ap.add_argument("--report-only", action="store_true", help="read the finished runs back; train nothing")
-    ap.add_argument("--json", help="write the results here")
-    ap.add_argument("--quote", help="write the short summary ./scripts/demo quotes here (bench/curation-quote.json)")
+    ap.add_argument("--json", help="write the results here (bench/json/curation.json: bench/tables.py reads it)")
+    ap.add_argument("--quote", help="write the summary ./scripts/demo quotes here (bench/json/curation-quote.json)")
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE for every training run (a shorter grid)")
     ap.add_argument("--raw-set", action="append", default=[], help="KEY=VALUE for the raw arm's training run only")
     ap.add_argument("--curated-set", action="append", default=[], help="KEY=VALUE for the curated arm's run only")
     args = ap.parse_args()
+    from curate import io
+
     EXTRA.update(all=args.set, raw=args.raw_set, curated=args.curated_set)
     home = Path(args.home).resolve()
     home.mkdir(parents=True, exist_ok=True)
     cpu_file = home / "cpu.json"
-    cpu = json.loads(cpu_file.read_text()) if cpu_file.is_file() else {}
+    cpu = io.read_json(cpu_file) if cpu_file.is_file() else {}
     if not args.report_only:
         print(f"load average before: {os.getloadavg()}")
         cpu.update(run_all(home, args.arms, args.seeds, args.jobs))
         cpu_file.write_text(json.dumps(cpu, indent=1))
         print(f"load average after: {os.getloadavg()}")
-    results = report(home, args.seeds, cpu)
+    results = {"measured": measured_at(sys.argv), **report(home, args.seeds, cpu)}
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
     if args.quote:

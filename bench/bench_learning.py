@@ -24,7 +24,7 @@ and cached evaluations, so another ``--tag`` adds an RL arm to the same SFT mode
 required: the answer checker spawns workers that re-import this script.
 
 Issue 21's measurement ("two modes": SFT 2-4 operations with every solution also stopped early; RL and held-out on
-2-4 operations; results in bench/README.md and the issue's report):
+2-4 operations; results in bench/HISTORY.md and the issue's report):
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_learning.py --seeds 0 1 2 --out /tmp/rl_explore/r2 \
         --sft-ops 2-4 --long-share 0 --truncated-share 1.0 --sft-rows 4000 --sft-epochs 2 --rl-ops 2-4 \
@@ -188,11 +188,12 @@ def modes(model_dir: Path, held, args: argparse.Namespace, temperature: float, c
     Same requests, seeds and batch size as ``evaluate_at``, so these are the samples it scored."""
     import polars as pl
 
+    from curate import io
     from curate.prompts import user_message
     from curate.rollout.backends import HFOptions, Request, Sampling, generate_hf, request_seed
 
     if cache.is_file():
-        return json.loads(cache.read_text())
+        return io.read_json(cache)
     rows = held.to_dicts()  # evaluate's order: generation is seeded per batch
     seeds = [request_seed(args.eval_seed, r["problem_id"], 0) for r in rows]
     reqs = [
@@ -323,11 +324,11 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict:
 def sft_model_of(args: argparse.Namespace, seed: int, out: Path, model0: Path, data: Path) -> dict:
     """SFT of ``model0`` into ``out/sft`` (``training.tiny.SMALL_SFT``'s optimisation; rows up to 512 tokens), or
     the metrics of the one another RL arm of this seed already trained."""
-    from training.sft import SFTRunConfig, train_sft
+    from training.sft import SFTRunConfig, read_metrics, train_sft
 
-    done = out / "sft" / "metrics.json"
-    if done.is_file() and (out / "sft" / "final" / "config.json").is_file():  # another RL arm of this seed
-        return {**json.loads(done.read_text()), "reused": True}
+    done = read_metrics(out / "sft")
+    if done is not None and (out / "sft" / "final" / "config.json").is_file():  # another RL arm of this seed
+        return {**done, "reused": True}
     sft_cfg = SFTRunConfig(
         learning_rate=args.sft_lr, epochs=args.sft_epochs, per_device_batch_size=args.sft_batch, warmup_ratio=0.05,
         lr_scheduler="cosine", max_length=512, torch_threads=1, seed=seed, save_steps=100000, logging_steps=100,

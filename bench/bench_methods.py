@@ -26,8 +26,9 @@ pass@1 (300 test problems x 4 at T = 0.6) minus the curated arm's, at the early 
 rollouts and CPU-seconds to reach the curated arm's end (where reached); the kept-group fraction; the truncation rate.
 
     python bench/bench_curation.py --seeds 0 1 2 --home /tmp/bench-curation --arms curated raw   # the base runs
-    python bench/bench_methods.py --seeds 0 1 2 --jobs 2 --home /tmp/bench-curation
+    python bench/bench_methods.py --seeds 0 1 2 --jobs 2 --home /tmp/bench-curation --json bench/json/methods.json
     python bench/bench_methods.py --report-only --home /tmp/bench-curation --json /tmp/methods.json
+    python bench/tables.py     # bench/README.md's table (and README.md's headline) from bench/json/
 
 Finished runs are read back; a rerun trains only what is missing and draws ``<home>/methods.png``.
 """
@@ -49,6 +50,7 @@ from bench_curation import (
     finished,
     fmt,
     held_out,
+    measured_at,
     paired,
     pooled,
     rate,
@@ -75,6 +77,12 @@ ARMS: dict[str, tuple[str, tuple[str, ...]]] = {  # name -> (claim, --set items 
     "single": ("FastCuRL", ("only_stages=[stage2]", "stages.stage2.max_steps=40",
                             "stages.stage2.max_completion_length=384", "stages.stage2.learning_rate=1.0e-4",
                             "stages.stage2.warmup_steps=5", "stages.stage2.lr_scheduler_type=linear")),
+}  # fmt: skip
+WHAT = {  # what replaces the part, as the tables say it (bench/tables.py)
+    "random": "a random 300 of the measured candidates", "full": "the whole measured pool",
+    "uniform": "uniform sampling, no filters", "unverified": "SFT on every teacher trace",
+    "nodecon": "the RL selection keeps the test split's reworded copies", "nodedup": "near-duplicates kept",
+    "single": "one stage at the largest context (384)",
 }  # fmt: skip
 SFT_FROM = {"unverified": "raw"}  # arm -> the bench_curation arm whose SFT model it starts from (else curated)
 EVERY = {"single": 5}  # eval.every: stage ends (10 steps) give the early budget; the one-stage arm needs a curve
@@ -183,12 +191,12 @@ def fit_first_half(home: Path, seed: int, arm: str = "curated") -> dict[str, Any
 def arm_rows(home: Path, arm: str, seeds: list[int], cpu: dict[str, float], split: dict[str, set]) -> dict:
     """One arm against the curated arm: early and end differences per seed and pooled, figures per seed, and (the
     decontamination arm) the end difference on the leaked and on the clean test problems apart."""
-    rows: dict[str, Any] = {"claim": ARMS[arm][0], "per_seed": {}}
+    rows: dict[str, Any] = {"claim": ARMS[arm][0], "what": WHAT[arm], "per_seed": {}}
     for when, at in (("early", f"at{EARLY}"), ("end", "end")):
         gains = {}
         for seed in (s for s in seeds if finished(home, arm, s) and finished(home, "curated", s)):
-            g = paired(table(home, arm, seed, steps_of(home, arm, seed).get(at)),
-                       table(home, "curated", seed, steps_of(home, "curated", seed).get(at)))  # fmt: skip
+            g = paired(home, seed, (arm, steps_of(home, arm, seed).get(at)),
+                       ("curated", steps_of(home, "curated", seed).get(at)))  # fmt: skip
             if g is not None:
                 gains[seed] = g
         rows[when] = {"per_seed": gains, "pooled": pooled(list(gains.values()))}
@@ -198,7 +206,7 @@ def arm_rows(home: Path, arm: str, seeds: list[int], cpu: dict[str, float], spli
                                   "command": " ".join(commands(arm, home, seed)[1:])}  # fmt: skip
     if arm == "nodecon":
         for name, keep in split.items():
-            gains = {s: paired(table(home, arm, s, "rl:stage4"), table(home, "curated", s, "rl:stage4"), keep)
+            gains = {s: paired(home, s, (arm, "rl:stage4"), ("curated", "rl:stage4"), keep=keep)
                      for s in seeds if finished(home, arm, s)}  # fmt: skip
             rows[name] = {"per_seed": gains, "pooled": pooled([g for g in gains.values() if g])}
     return rows
@@ -290,17 +298,19 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="runs at once (one thread each)")
     ap.add_argument("--home", default="/tmp/bench-curation")
     ap.add_argument("--report-only", action="store_true", help="read the finished runs back; train nothing")
-    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--json", help="write the results here (bench/json/methods.json: bench/tables.py reads it)")
     args = ap.parse_args()
+    from curate import io
+
     home = Path(args.home).resolve()
     cpu_file = home / "cpu-methods.json"
-    cpu = json.loads(cpu_file.read_text()) if cpu_file.is_file() else {}
+    cpu = io.read_json(cpu_file) if cpu_file.is_file() else {}
     if not args.report_only:
         print(f"load average before: {os.getloadavg()}")
         cpu.update(run_all(home, args.arms, args.seeds, args.jobs))
         cpu_file.write_text(json.dumps(cpu, indent=1))
         print(f"load average after: {os.getloadavg()}")
-    results = report(home, args.arms, args.seeds, cpu)
+    results = {"measured": measured_at(sys.argv), **report(home, args.arms, args.seeds, cpu)}
     plot(results, home / "methods.png")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))

@@ -55,11 +55,20 @@ def step(args: list[str], home: Path) -> dict:
         [sys.executable, "-c", RUNNER, *args, "--json"], capture_output=True, text=True, env=env, cwd=REPO
     )
     wall = time.perf_counter() - t0
-    metrics = [json.loads(line[6:]) for line in proc.stderr.splitlines() if line.startswith("BENCH ")]
+    metrics = bench_lines(proc.stderr)
     if proc.returncode != 0 or not metrics or metrics[-1]["rc"] != 0:
         raise RuntimeError(f"curate {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
-    summary = json.loads(proc.stdout) if proc.stdout.strip() else {}
-    return {"wall_s": round(wall, 2), "rss_mb": round(metrics[-1]["rss_mb"]), "summary": summary}
+    return {"wall_s": round(wall, 2), "rss_mb": round(metrics[-1]["rss_mb"]), "summary": verb_summary(proc.stdout)}
+
+
+def bench_lines(stderr: str) -> list[dict]:
+    """The ``BENCH`` lines a ``RUNNER`` process printed on stderr: exit code, in-process seconds, peak RSS."""
+    return [json.loads(line[6:]) for line in stderr.splitlines() if line.startswith("BENCH ")]
+
+
+def verb_summary(stdout: str) -> dict:
+    """The verb's ``--json`` summary a ``RUNNER`` process printed on stdout (empty when it printed none)."""
+    return json.loads(stdout) if stdout.strip() else {}
 
 
 def synthetic_cache(pool: str, home: Path, embed: dict, dim: int = 384) -> int:

@@ -1,7 +1,7 @@
 """SmolLM2-135M-Instruct through the whole chain on one GPU: convert, SFT, measure, CISPO; pass@1 before and after.
 
-On a CUDA machine, from the repository root, with the wheels installed (bench/README.md, "SmolLM2-135M on a GPU",
-has the carry steps and the exact device commands):
+On a CUDA machine, from the repository root, with the wheels installed (bench/README.md, "Carrying bench_smollm2_gpu.py
+to a GPU machine", has the carry steps and the exact device commands):
 
     PYTHONPATH=/tmp/site:$PWD python3 bench/bench_smollm2_gpu.py --home /tmp/smol --out "$OUT"
 
@@ -18,8 +18,8 @@ has the carry steps and the exact device commands):
 Sizing (``--sizes gpu``, the default; meant to finish in about 5 minutes on one H100, with a ``--deadline-s`` of 420
 s as the stop): 100 held-out problems x 4 samples in one generate call per evaluation (3 evaluations); ``measure``
 samples 256 RL candidates x 8 at 512 sequences per call; SFT is the recipe's (one epoch of ~3,700 verified rows in
-batches of 8, ~470 steps); RL stage 1 is 20 steps. The estimate (bench/README.md has it in full) scales the tiny
-model's H100 figures (bench/README.md, "The chain on a GPU") by depth and tokens. A run cut by the deadline still
+batches of 8, ~470 steps); RL stage 1 is 20 steps. The estimate (bench/HISTORY.md has it in full) scales the tiny
+model's H100 figures (bench/HISTORY.md, "The chain on a GPU") by depth and tokens. A run cut by the deadline still
 reports the steps that finished, and the same command resumes it. ``--sizes smoke`` cuts everything to one step
 (the slow test's sizes): about 2 CPU-minutes, to check the script on a CPU before spending device time.
 """
@@ -82,19 +82,6 @@ def run_logged(cmd: list[str], log: Path, timeout: float | None) -> tuple[int | 
     return code, out, time.perf_counter() - t0
 
 
-def paired(run: Path, after: str, before: str) -> dict[str, Any] | None:
-    """``training.evaluate.paired_gain`` of two steps' per-problem tables (None when one is missing)."""
-    import polars as pl
-
-    from training.evaluate import paired_gain
-    from training.runner import eval_file
-
-    a, b = run / "evals" / eval_file(after), run / "evals" / eval_file(before)
-    if not (a.is_file() and b.is_file()):
-        return None
-    return paired_gain(pl.read_parquet(a), pl.read_parquet(b))
-
-
 def rl_figures(stage: Path) -> dict[str, Any] | None:
     """RL step time (first step; median of the rest) and prompt + completion tokens per second of step time."""
     import polars as pl
@@ -122,10 +109,11 @@ def rl_figures(stage: Path) -> dict[str, Any] | None:
 
 def sft_figures(sft: Path) -> dict[str, Any] | None:
     """SFT steps, training seconds (the trainer's own, from its log) and steps per second."""
-    path = sft / "metrics.json"
-    if not path.is_file():
+    from training.sft import read_metrics
+
+    metrics = read_metrics(sft)
+    if metrics is None:
         return None
-    metrics = json.loads(path.read_text())
     done = re.findall(r"sft done: (\d+) steps, mean loss=\S+ in (\d+) s", (sft / "step.log").read_text())
     train_s = float(done[-1][1]) if done else None
     return {"steps": metrics["steps"], "rows_trained": metrics["rows_trained"], "dropped": metrics["dropped"],
@@ -136,12 +124,15 @@ def sft_figures(sft: Path) -> dict[str, Any] | None:
 
 def report(run: Path, convert: dict[str, Any], wall: float, cut: bool) -> dict[str, Any]:
     """Everything the run folder says, as one mapping (what is printed and written)."""
-    chain = json.loads((run / "chain.json").read_text()) if (run / "chain.json").is_file() else {}
-    summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
+    from training import outcome
+    from training.chain import Chain
+
+    summary = outcome.read_summary(run) or {}
     steps = {s["step"]: {k: s.get(k) for k in ("pass_at_1", "stderr", "n_problems", "k", "wall_s")}
-             for s in chain.get("steps", [])}  # fmt: skip
+             for s in Chain(run).steps}  # fmt: skip
     last_rl = next((s for s in reversed(list(steps)) if s.startswith("rl:")), None)
-    gains = {f"{a} - {b}": paired(run, a, b) for a, b in (("sft", "init"), (last_rl, "sft"), (last_rl, "init")) if a}
+    pairs = (("sft", "init"), (last_rl, "sft"), (last_rl, "init"))
+    gains = {f"{a} - {b}": outcome.paired(run, a, b) for a, b in pairs if a}
     stages = sorted((run / "rl").glob("*-stage*"))
     return {
         "gpu": _gpu(),
@@ -204,12 +195,15 @@ def main(argv: list[str] | None = None) -> int:
     log = out / "smollm2_gpu.log"
     t0 = time.perf_counter()
 
-    code, stdout, convert_s = run_logged([sys.executable, "-m", "training.cli", "init-packaged", NAME, "--home",
-                                          str(home), "--json"], log, timeout=args.deadline_s)  # fmt: skip
+    code, _, convert_s = run_logged([sys.executable, "-m", "training.cli", "init-packaged", NAME, "--home",
+                                     str(home), "--json"], log, timeout=args.deadline_s)  # fmt: skip
     if code != 0:
         print(f"conversion failed (exit {code}); see {log}", file=sys.stderr)
         return 1
-    convert = {**json.loads(stdout), "command_s": round(convert_s, 1)}
+    from curate import io
+    from training.packaged import cache_dir, describe
+
+    convert = {**describe(cache_dir(io.Workspace(home), NAME)), "command_s": round(convert_s, 1)}  # what it printed
     run = home / "runs" / f"smollm2-{args.sizes}"
     sets = [f"{k}={v}" for k, v in SIZES[args.sizes].items()] + args.set
     cmd = [sys.executable, "-m", "training.cli", "run", "--recipe", str(RECIPE), "--home", str(home), "--out",

@@ -24,7 +24,6 @@ lines list every run's ratios.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import re
@@ -60,13 +59,11 @@ def load_pairs(n_fastcurl: int, seed: int) -> list[tuple[str, str, str]]:
     from curate.verify.answers import normalize_answer
 
     pairs = []
-    for line in (DATA / "gsm8k" / "example_model_solutions.jsonl").open():
-        row = json.loads(line)
+    for row in pl.read_ndjson(DATA / "gsm8k" / "example_model_solutions.jsonl", infer_schema_length=None).to_dicts():
         gold = normalize_answer(row["ground_truth"])
         for key in ("6b_finetuning", "6b_verification", "175b_finetuning", "175b_verification"):
             pairs.append(("gsm8k", gold, row[key]["solution"]))
-    for line in (DATA / "simplerl" / "math_cot_100.jsonl").open():
-        row = json.loads(line)
+    for row in pl.read_ndjson(DATA / "simplerl" / "math_cot_100.jsonl", infer_schema_length=None).to_dicts():
         pairs.extend(("simplerl", row["gt"], c) for c in row["code"])
     frames = [pl.read_parquet(DATA / "fastcurl" / f) for f in ("train_L1.parquet", "train_L3.parquet")]
     pool = pl.concat(frames).sort(pl.col("extra_info").struct.field("index"))

@@ -11,14 +11,14 @@ Encoders (``EmbedConfig.encoder``):
   Distilled once per workspace on first use (``cache/encoders/<key>/``, ~1 CPU-minute) from the wheel, offline.
   Implemented here rather than with ``model2vec.distill``, whose extra pins transformers < 5.4 (the project runs
   5.x newer) and adds skeletoken: the recipe is a few lines of torch and numpy over the installed model.
-  It is NOT the default: measured on DeepScaleR (bench/README.md), its decisions do not match MiniLM's closely
+  It is NOT the default: measured on DeepScaleR (bench/HISTORY.md), its decisions do not match MiniLM's closely
   enough (near-duplicate Jaccard 0.63 at its best threshold; its embedding leak test adds false positives at every
   threshold where it finds anything MiniLM does), so it is a fast option for clusters and exploration.
 - any other sentence-transformers model name or local path.
 
 Cosine scales differ between encoders (a static model's bag-of-tokens vectors are less spread than MiniLM's), so
 the decontamination and near-duplicate thresholds are per encoder (``THRESHOLDS``), calibrated on DeepScaleR against
-MiniLM's decisions (bench/README.md); an encoder not in the table needs explicit thresholds.
+MiniLM's decisions (bench/HISTORY.md); an encoder not in the table needs explicit thresholds.
 
 For transformer encoders: bfloat16 weights on CPUs with native bf16 matmul (AVX512-BF16 / AMX; ``dtype="auto"``
 checks) and on CUDA. Measured on DeepScaleR + its test sets (bench/bench_embed.py): per-problem cosine to float32
@@ -93,7 +93,7 @@ class Thresholds:
 
 
 # Calibrated on DeepScaleR (FastCuRL L1+L3) against MATH-500 and the DeepScaleR test sets (bench/bench_embed.py,
-# bench/README.md). MiniLM's were set by reading every candidate. The static model's near-duplicate value is the one
+# bench/HISTORY.md). MiniLM's were set by reading every candidate. The static model's near-duplicate value is the one
 # whose dropped ids best match MiniLM's on that data (Jaccard 0.63, fitted on the data it is judged on); its
 # contamination value is set so high that its embedding test is nearly off: below ~0.975 it adds false positives
 # (different functional equations with the same answer at 0.92-0.97).
@@ -480,7 +480,7 @@ COLD_HINT_MIN = 5000  # problems to encode before a CPU user is told what to exp
 def cold_hint(n: int, cfg: EmbedConfig) -> str | None:
     """A one-line heads-up before ``n`` problems are encoded with a transformer on a CPU, else None.
 
-    A new user's first large pool spends nearly all its cold-path time here (bench/README.md: ~20 CPU ms/problem
+    A new user's first large pool spends nearly all its cold-path time here (bench/HISTORY.md: ~20 CPU ms/problem
     with native bf16, ~65-80 without, against ~4,000 problems/s with MiniLM bf16 on an H100), so they are told
     the alternatives before the wait rather than after.
     """
@@ -492,7 +492,7 @@ def cold_hint(n: int, cfg: EmbedConfig) -> str | None:
         f"embedding {n:,} problems with {name} in {dtype} on the CPU, roughly 20-80 CPU ms each (the bar shows the "
         "rate and time left); finished chunks are cached, so an interrupted run resumes. On a GPU this takes about "
         "a minute per 200K problems; --encoder static-minilm is ~40x faster here but its decontamination decisions "
-        "differ from MiniLM's (bench/README.md)"
+        "differ from MiniLM's (bench/HISTORY.md)"
     )
 
 

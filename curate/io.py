@@ -339,6 +339,19 @@ def write_json(path: str | os.PathLike, obj: Any) -> Path:
     return write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def read_json(path: str | os.PathLike) -> Any:
+    """A JSON file another tool wrote (a model's ``config.json``, its tokenizer files, a benchmark's cache). A
+    project record (a run's ``chain.json``, a stage's ``config.json``, a curriculum's ``plan.json``, ...) is read
+    through its own reader, beside its writer, instead."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def jsonable(obj: Any) -> Any:
+    """``obj`` as ``write_json`` writes it, read back: plain dicts, lists, strings and numbers (a path, a date or
+    a numpy number becomes its ``str``), so what a function returns is what its JSON file holds."""
+    return json.loads(json.dumps(obj, default=str))
+
+
 ROW_FILES = {".jsonl": "JSONL", ".ndjson": "JSONL", ".json": "JSON", ".parquet": "Parquet", ".csv": "CSV"}
 
 

@@ -21,8 +21,11 @@ Example row of ``scores`` (t = 0, equal DES weights; ``curate score``)::
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import unicodedata
+from collections.abc import Sequence
+from typing import Any
 
 import polars as pl
 
@@ -463,6 +466,15 @@ def problem_id(text: str) -> str:
     True
     """
     return hashlib.sha256(normalize_problem(text).encode("utf-8")).hexdigest()[:16]
+
+
+def meta_values(meta: Sequence[str | None], key: str) -> list[Any]:
+    """The field ``key`` of each row's ``meta`` (a JSON object as text; None or a missing key: None).
+
+    >>> meta_values(['{"ops": 3}', None, '{"level": 2}'], "ops")
+    [3, None, None]
+    """
+    return [json.loads(m or "{}").get(key) for m in meta]
 
 
 def slug(name: str) -> str:

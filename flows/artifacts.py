@@ -176,7 +176,7 @@ def data_uri(path: Path) -> str:
 
 
 # --------------------------------------------------------------------------------------------------- training
-# What a training flow run (flows/training.py) shows, from its summary (``training.runner.write_summary``), keys
+# What a training flow run (flows/training.py) shows, from its summary (``training.outcome.write_summary``), keys
 # per training recipe name: ``<name>-chain`` (Markdown: steps, pass rates, decisions, CoScale notes, fit advice,
 # step timings), ``<name>-lineage`` (table: pool -> selection -> curriculum -> solutions -> each model folder with
 # its pass rate), ``<name>-solutions`` (image: problems per number of kept solutions, from the pool's
@@ -217,6 +217,9 @@ def _rows(path: Path) -> int | None:
 def lineage_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per link of the chain, oldest first: the pool's problems, the selection, the curriculum, the
     solutions table, then every model folder of the run (the model it started from, its held-out pass rate)."""
+    from curate.curriculum.stage import read_plan
+    from training.card import LINEAGE, read_lineage
+
     lineage = summary.get("lineage") or {}
     home, pool = Path(summary["home"]), summary["pool"]
     rows: list[dict[str, Any]] = []
@@ -233,8 +236,7 @@ def lineage_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     if lineage.get("selection"):
         add("selection", lineage["selection"], "pool", _rows(Path(lineage["selection"])))
     if lineage.get("curriculum"):
-        plan = Path(lineage["curriculum"]) / "plan.json"
-        kept = json.loads(plan.read_text()).get("kept") if plan.is_file() else None
+        kept = (read_plan(lineage["curriculum"]) or {}).get("kept")
         add("curriculum", lineage["curriculum"], "selection" if lineage.get("selection") else "pool", kept)
     elif lineage.get("train"):
         add("train", lineage["train"], "pool", _rows(Path(lineage["train"])))
@@ -242,8 +244,8 @@ def lineage_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
         add("solutions", lineage["solutions"], "selection" if lineage.get("selection") else "pool",
             _rows(Path(lineage["solutions"])))  # fmt: skip
     for step in summary.get("steps") or []:
-        card = Path(step["model"]) / "lineage.json"
-        base = json.loads(card.read_text()).get("base_model") if card.is_file() else None
+        has_card = (Path(step["model"]) / LINEAGE).is_file()
+        base = read_lineage(step["model"]).get("base_model") if has_card else None
         add(f"model: {step['step']}", step["model"], base or "", step=step)
     return [{k: v if v is None or isinstance(v, bool | int | float) else _cell(v) for k, v in r.items()} for r in rows]
 

@@ -47,7 +47,7 @@ from prefect.runtime import flow_run
 
 from flows import artifacts
 from flows.curation import curate_dataset, exit_on_sigterm, reap_orphaned_servers
-from training import runner
+from training import outcome, runner
 from training.chain import check_launch, open_run
 from training.recipe import load_recipe
 
@@ -149,7 +149,7 @@ def train_chain(
         summary = runner.run_opened(run, call=step_task, curate=False)
     except Exception as exc:  # publish what finished, then fail the run with the step's error
         try:
-            artifacts.publish_training(runner.write_summary(run, extra={"failed": f"{type(exc).__name__}: {exc}"}))
+            artifacts.publish_training(outcome.write_summary(run, extra={"failed": f"{type(exc).__name__}: {exc}"}))
         except Exception as publish_error:  # never hide the step's error behind a reporting one
             logger.warning("could not publish the failed run's artifacts: %s", publish_error)
         raise

@@ -40,18 +40,17 @@ import yaml
 
 from curate import io
 from curate.cards import fmt
+from training.generation import max_new_tokens, write_generation_config
 
 
 LINEAGE = "lineage.json"
 CARD = "README.md"
-GENERATION_CONFIG = "generation_config.json"
 # data keys shown first, in this order, in the card's "Training data" section; any other key follows
 _DATA_ORDER = ("pool", "selection", "curriculum", "solutions", "source", "source_sha256", "rows", "problems",
                "dropped")  # fmt: skip
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _REPO = Path(__file__).resolve().parents[1]  # the curate-rl checkout: its files are named ``curate-rl:<path>``
 EVALUATION_KEYS = ("pass_at_1", "stderr", "n_problems", "k", "temperature", "split", "dataset")
-DEFAULT_MAX_NEW_TOKENS = 1024  # when neither the evaluation nor the recipe says how long an answer may be
 _KINDS = {
     "init": "a randomly initialised model (no training)",
     "sft": "supervised fine-tuning (TRL SFTTrainer, loss on the completion tokens only) on solutions (what was "
@@ -106,7 +105,7 @@ def _parent(model: str | Path | None) -> dict[str, Any] | None:
 
 
 def _jsonable(obj: Any) -> Any:
-    return json.loads(json.dumps(obj, default=str))
+    return io.jsonable(obj)
 
 
 # --------------------------------------------------------------------------------------------------- paths
@@ -216,70 +215,6 @@ def _write(model_dir: Path, lineage: dict[str, Any]) -> Path:
     root = workspace_root(model_dir, (lineage.get("data") or {}).get("run"))
     return io.write_text(model_dir / CARD, render_card(lineage, name=title(model_dir, lineage), root=root,
                                                        model_dir=model_dir))  # fmt: skip
-
-
-def max_new_tokens(lineage: Mapping[str, Any]) -> int:
-    """How long an answer may be: the evaluation's generation budget, else the RL stage's completion length, else
-    the SFT row length, else ``DEFAULT_MAX_NEW_TOKENS``."""
-    recipe = lineage.get("recipe") or {}
-    candidates = [
-        (lineage.get("evaluation") or {}).get("max_new_tokens"),
-        (recipe.get("rl") or {}).get("max_completion_length"),
-        *((recipe.get(k) or {}).get("max_length") for k in ("sft", "redistill")),
-    ]
-    return next((int(c) for c in candidates if isinstance(c, int | float) and c > 0), DEFAULT_MAX_NEW_TOKENS)
-
-
-def write_generation_config(model_dir: str | Path, new_tokens: int) -> Path | None:
-    """Make ``generation_config.json`` fit for ``model.generate(**inputs)``: ``max_new_tokens`` (capped at the
-    model's context), every stop id (the config's and the tokenizer's end-of-turn token), the pad id, and no
-    ``max_length`` left at transformers' default of 20. None for a folder without ``config.json`` (no model).
-    Weights and ``config.json`` (what ``files.json`` records) are never touched."""
-    model_dir = Path(model_dir)
-    if not (model_dir / "config.json").is_file():
-        return None
-    config = json.loads((model_dir / "config.json").read_text())
-    path = model_dir / GENERATION_CONFIG
-    gen = json.loads(path.read_text()) if path.is_file() else {}
-    tokens = _special_token_ids(model_dir)
-    eos: list[int] = []
-    for ids in (gen.get("eos_token_id"), config.get("eos_token_id"), tokens.get("eos_token")):
-        for i in ids if isinstance(ids, list) else [ids]:
-            if isinstance(i, int) and i not in eos:
-                eos.append(i)
-    pad = next((i for i in (gen.get("pad_token_id"), config.get("pad_token_id"), tokens.get("pad_token"))
-                if isinstance(i, int)), eos[0] if eos else None)  # fmt: skip
-    gen.pop("_from_model_config", None)  # edited: transformers must not rebuild it from config.json
-    if gen.get("max_length") == 20:
-        gen.pop("max_length")
-    limit = config.get("max_position_embeddings")
-    gen["max_new_tokens"] = min(int(new_tokens), int(limit)) if isinstance(limit, int) else int(new_tokens)
-    if eos:
-        gen["eos_token_id"] = eos if len(eos) > 1 else eos[0]
-    if pad is not None:
-        gen["pad_token_id"] = pad
-    return io.write_json(path, gen)
-
-
-def _special_token_ids(model_dir: Path) -> dict[str, int]:
-    """``{"eos_token": id, "pad_token": id}`` from the saved tokenizer's files (no transformers import)."""
-    cfg_path, tok_path = model_dir / "tokenizer_config.json", model_dir / "tokenizer.json"
-    if not cfg_path.is_file() or not tok_path.is_file():
-        return {}
-    cfg = json.loads(cfg_path.read_text())
-    tok = json.loads(tok_path.read_text())
-    vocab = {t["content"]: t["id"] for t in tok.get("added_tokens") or []}
-    model_vocab = (tok.get("model") or {}).get("vocab")
-    out = {}
-    for key in ("eos_token", "pad_token"):
-        text = cfg.get(key)
-        text = text.get("content") if isinstance(text, Mapping) else text
-        ident = vocab.get(text) if text else None
-        if ident is None and isinstance(model_vocab, Mapping) and text:
-            ident = model_vocab.get(text)
-        if isinstance(ident, int):
-            out[key] = ident
-    return out
 
 
 # --------------------------------------------------------------------------------------------------- the card
@@ -499,7 +434,7 @@ def pool_facts(root: str | Path | None, pool: str | None) -> dict[str, Any]:
     path = Path(root) / "pools" / str(pool) / "sources.json" if root and pool else None
     if path is None or not path.is_file():
         return {"task": "math problems", "licences": "not recorded", "datasets": []}
-    sources = [s for s in json.loads(path.read_text(encoding="utf-8")) if isinstance(s, dict)]
+    sources = [s for s in io.read_json(path) if isinstance(s, dict)]
     known = [provenance.source_provenance(s.get("name", ""), s.get("path")) for s in sources]
     licences = sorted({p["licence"] for p in known})
     return {

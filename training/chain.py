@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -44,6 +45,7 @@ DATA = "data"  # the run's own copy of what it trains on (``pin_data``)
 PINNED = {"curriculum": "curriculum", "train": "train.parquet", "sft": "sft.parquet"}
 PINNED_RECORD = "pinned.json"  # what was copied from where, with content hashes
 STEP_LOG = "step.log"  # a training step's output, beside its run folder's files
+STEP_LINE = re.compile(r"\b(?:sft|rl) step (\d+)/(\d+)")  # a training step's progress line (training.sft, .rl)
 LOCK = "run.lock"  # one writer per run folder (``run_lock``)
 RECIPE = "recipe.json"  # the resolved recipe the run was made with
 RUNNING = "running.json"  # what a live run is doing, how far (curate.progress.status_file; ``training show``)
@@ -89,13 +91,17 @@ class Chain:
         self.lineage = lineage
         self._write()
 
-    def _write(self) -> None:
+    def to_dict(self) -> dict[str, Any]:
+        """What ``chain.json`` holds: ``steps``, and ``notes`` and ``lineage`` once there are any."""
         payload: dict[str, Any] = {"steps": self.steps}
         if self.notes:
             payload["notes"] = self.notes
         if self.lineage is not None:
             payload["lineage"] = self.lineage
-        io.write_json(self.path, json.loads(json.dumps(payload, default=str)))
+        return payload
+
+    def _write(self) -> None:
+        io.write_json(self.path, io.jsonable(self.to_dict()))
 
 
 @dataclass(frozen=True)
@@ -186,7 +192,7 @@ def open_run(
     path = run_dir / RECIPE
     new = recipe.to_dict()
     if path.is_file():
-        changed = recipe_changes(json.loads(path.read_text()), new)
+        changed = recipe_changes(read_recipe(run_dir) or {}, new)
         if changed:
             shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
             raise InputError(
@@ -197,6 +203,13 @@ def open_run(
         run_dir.mkdir(parents=True, exist_ok=True)
         io.write_json(path, new)
     return Run(recipe, ws, run_dir.resolve(), echo)
+
+
+def read_recipe(run_dir: str | Path) -> dict[str, Any] | None:
+    """The resolved recipe a run folder was made with (``recipe.json``, written once by ``open_run``), as a
+    mapping (``RunRecipe.to_dict``); None for a folder without one."""
+    path = Path(run_dir) / RECIPE
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def check_launch(recipe: RunRecipe) -> None:
@@ -255,8 +268,8 @@ def running_line(run_dir: Path) -> str | None:
     """What ``training show`` says about a run folder's live run (``RUNNING``, written by ``curate.progress.
     status_file`` around each step): the step, how long it has run and how far it is: an evaluation's or a
     measure's progress line (done/total, rate, time left), or a training step's last ``step N/M`` line in its
-    ``step.log``. A file whose process is gone names the step a killed run stopped in. None when nothing runs."""
-    import re
+    ``step.log``, with the time left when the run's status has it (``_StepProgress``). A file whose process is
+    gone names the step a killed run stopped in. None when nothing runs."""
     import socket
 
     from curate.progress import duration, read_status, status_line
@@ -272,14 +285,22 @@ def running_line(run_dir: Path) -> str | None:
     if status.get("bar"):
         return f"{line}; {status_line(status['bar'])}"
     log = Path(status["log"]) if status.get("log") else None
-    if log is not None and log.is_file():
+    if log is None or not log.is_file():
+        return line
+    train = status.get("train") or {}
+    if train.get("total"):
+        done, total = train["done"], train["total"]
+    else:  # no progress recorded yet: the log's last progress line
         with log.open("rb") as f:
             f.seek(max(0, log.stat().st_size - 65536))
-            found = re.findall(r"\b(?:sft|rl) step (\d+)/(\d+)", f.read().decode("utf-8", errors="replace"))
-        if found:
-            done, total = found[-1]
-            return f"{line}; training step {int(done):,} of {int(total):,} ({log.name}: {log})"
-    return line
+            found = STEP_LINE.findall(f.read().decode("utf-8", errors="replace"))
+        if not found:
+            return line
+        done, total = found[-1]
+    left = train.get("left_s")
+    if left is not None:  # counted down from when it was written
+        left = f", ~{duration(max(0.0, left - (time.time() - status.get('updated_at', time.time()))))} left"
+    return f"{line}; training step {int(done):,} of {int(total):,}{left or ''} ({log.name}: {log})"
 
 
 def _alive(pid: int) -> bool:
@@ -315,18 +336,21 @@ def run_step(spec: Mapping[str, Any], launch: list[str] | None = None) -> dict[s
     result_path.unlink(missing_ok=True)
     cmd = [*(launch or [sys.executable]), "-m", "training.chain", str(spec_path)]
     log = out / STEP_LOG
-    with log.open("ab") as sink:
+    with log.open("ab", buffering=0) as sink:  # unbuffered: each chunk is in the log as it arrives
         proc = subprocess.Popen(
             cmd, env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent(os.getpid()),
         )  # fmt: skip
         set_status(log=str(log))  # ``training show`` reads the step's progress lines there
         decode = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        progress = _StepProgress()
         try:
             for chunk in iter(lambda: proc.stdout.read1(65536), b""):
                 sink.write(chunk)
-                sys.stderr.write(decode.decode(chunk))
+                text = decode.decode(chunk)
+                sys.stderr.write(text)
                 sys.stderr.flush()
+                progress.feed(text)
         finally:
             if proc.poll() is None:  # we are being interrupted: the step goes too
                 proc.terminate()
@@ -336,7 +360,36 @@ def run_step(spec: Mapping[str, Any], launch: list[str] | None = None) -> dict[s
     if rc != 0 or not result_path.is_file():
         how = f"was killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with code {rc}"
         raise StepFailed(f"training step {spec['kind']} ({out}) {how}; its log: {log}")
-    return json.loads(result_path.read_text())
+    return step_record(result_path)
+
+
+def step_record(path: Path) -> dict[str, Any]:
+    """A step's ``step_spec.json`` (``run_step`` writes it for the step's process) or ``step_result.json``
+    (``step_main`` writes it for the parent)."""
+    return json.loads(Path(path).read_text())
+
+
+class _StepProgress:
+    """Follows a step's ``sft step N/M`` / ``rl step N/M`` lines as ``run_step`` copies them and puts the step,
+    the total and the time left into the run's status file (``RUNNING``, ``training show``). The rate is taken
+    from the lines this process saw, so a step resumed at N counts only the steps it trains."""
+
+    def __init__(self) -> None:
+        self.partial = ""
+        self.first: tuple[int, float] | None = None
+
+    def feed(self, text: str) -> None:
+        lines = (self.partial + text).split("\n")
+        self.partial = lines.pop()[-4096:]  # a line still being written (a progress bar's \r updates: its tail)
+        found = [m for line in lines if (m := STEP_LINE.search(line))]
+        if not found:
+            return
+        done, total, now = int(found[-1][1]), int(found[-1][2]), time.time()
+        if self.first is None or done < self.first[0]:
+            self.first = (done, now)
+        start, since = self.first
+        left = (total - done) * (now - since) / (done - start) if done > start else None
+        set_status(train={"done": done, "total": total, "left_s": left})
 
 
 class StepFailed(CurateError):
@@ -365,7 +418,7 @@ def _die_with_parent(parent: int) -> Callable[[], None] | None:
 def step_main(spec_path: Path) -> None:
     """The child side of ``run_step`` (``python -m training.chain SPEC``): one SFT, RL or re-distillation run,
     then the chain's lineage on its final model and ``step_result.json``."""
-    spec = json.loads(spec_path.read_text())
+    spec = step_record(spec_path)
     kind, out = spec["kind"], Path(spec["out"])
     if kind == "sft":
         from training.sft import load_config, train_sft
@@ -395,7 +448,7 @@ def step_main(spec_path: Path) -> None:
     if PartialState().is_main_process:
         if spec.get("lineage") and kind != "sft":  # train_sft writes it itself; the others get it added here
             stamp_lineage(out / "final", spec["lineage"])
-        io.write_json(spec_path.with_name("step_result.json"), json.loads(json.dumps(result, default=str)))
+        io.write_json(spec_path.with_name("step_result.json"), io.jsonable(result))
 
 
 def sft_step(run: Run, state: ChainState, name: str, out_dir: Path, data: Path) -> ChainState:
@@ -422,20 +475,21 @@ def pin_data(run: Run, parts: tuple[str, ...] = ("sft", "curriculum", "train")) 
     reads only its copies, so another run that re-curates the shared workspace (the same selection or curriculum
     name) cannot change this run's data, and its model cards keep pointing at files whose content and hash do not
     change. Returns the record (sources and sha256 of every copy); idempotent."""
+    from curate.curriculum.stage import PLAN, read_plan
+
     recipe, ws, data = run.recipe, run.ws, run.run_dir / DATA
     curriculum = measured_name(run) if recipe.measure is not None else recipe.curriculum
     if "curriculum" in parts and recipe.curriculum and run.pinned("curriculum") is None:
         source = ws.curriculum_dir(curriculum)
-        plan_path = source / "plan.json"
-        if not plan_path.is_file():
+        plan = read_plan(source)
+        if plan is None:
             raise InputError(
-                f"curriculum {recipe.curriculum!r} has no plan.json at {plan_path}: run `curate curriculum`"
+                f"curriculum {recipe.curriculum!r} has no plan.json at {source / PLAN}: run `curate curriculum`"
             )
-        plan = json.loads(plan_path.read_text())
         for entry in plan.get("stages") or []:
             if entry.get("shard"):
                 _copy(source / entry["shard"], data / PINNED["curriculum"] / entry["shard"])
-        _copy(plan_path, data / PINNED["curriculum"] / "plan.json")  # last: a copy with its plan is whole
+        _copy(source / PLAN, data / PINNED["curriculum"] / PLAN)  # last: a copy with its plan is whole
     if "train" in parts and recipe.train and run.pinned("train") is None:
         _copy(resolve_path(ws, recipe.train), data / PINNED["train"])
     if "sft" in parts and recipe.sft is not None and run.pinned("sft") is None:
@@ -443,14 +497,21 @@ def pin_data(run: Run, parts: tuple[str, ...] = ("sft", "curriculum", "train")) 
         if not source.is_file():
             raise InputError(f"sft.data {source} not found: run the curation (`curate solutions`) first")
         _copy(source, data / PINNED["sft"])
-    record = data / PINNED_RECORD
-    if not record.is_file() or set(json.loads(record.read_text())["sha256"]) != _copies(data):
+    record = read_pinned(run.run_dir)
+    if record is None or set(record["sha256"]) != _copies(data):
         hashes = {name: file_hash(data / name) for name in sorted(_copies(data))}
         sources = {"curriculum": str(ws.curriculum_dir(curriculum)) if recipe.curriculum else None,
                    "train": str(resolve_path(ws, recipe.train)) if recipe.train else None,
                    "sft": str(resolve_path(ws, recipe.sft.data)) if recipe.sft is not None else None}  # fmt: skip
-        io.write_json(record, {"sha256": hashes, "sources": {k: v for k, v in sources.items() if v}})
-    return json.loads(record.read_text())
+        io.write_json(data / PINNED_RECORD, {"sha256": hashes, "sources": {k: v for k, v in sources.items() if v}})
+    return read_pinned(run.run_dir)
+
+
+def read_pinned(run_dir: str | Path) -> dict[str, Any] | None:
+    """``data/pinned.json`` of a run folder (``pin_data`` writes it): ``sha256`` of every copy, by its path under
+    ``data/``, and the ``sources`` they were copied from; None before the run pinned anything."""
+    path = Path(run_dir) / DATA / PINNED_RECORD
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def measured_name(run: Run) -> str:
@@ -473,12 +534,13 @@ def chain_lineage(run: Run, iteration: int = 0) -> dict[str, Any]:
     """What every model of the run came from: pool, selection, curriculum (or train file), solutions table,
     the resolved recipe and the run folder (the model card adds the code version). In CoScale iteration N the
     solutions table is that iteration's export and its CoScale pools snapshot is named too."""
+    from curate.curriculum.stage import read_plan
+
     recipe, ws = run.recipe, run.ws
     out: dict[str, Any] = {"pool": recipe.pool}
     if recipe.curriculum:
         folder = run.pinned("curriculum") or ws.curriculum_dir(recipe.curriculum)
-        plan_path = folder / "plan.json"
-        source = json.loads(plan_path.read_text()).get("source") or {} if plan_path.is_file() else {}
+        source = (read_plan(folder) or {}).get("source") or {}
         if source.get("selection"):
             out["selection"] = str(ws.selection_dir(source["selection"]) / "selection.parquet")
         out["curriculum"] = str(folder)
@@ -500,9 +562,9 @@ def chain_lineage(run: Run, iteration: int = 0) -> dict[str, Any]:
     if recipe.curate_recipe:
         out["curate_recipe"] = str(Path(recipe.curate_recipe).resolve())
     out["run"] = str(run.run_dir)
-    record = run.run_dir / DATA / PINNED_RECORD
-    if record.is_file():  # the run's own copies: where they came from and their content hashes
-        out["data"] = json.loads(record.read_text())
+    pinned = read_pinned(run.run_dir)
+    if pinned is not None:  # the run's own copies: where they came from and their content hashes
+        out["data"] = pinned
     return out
 
 

@@ -314,7 +314,15 @@ def rl(
     save_total_limit, policy (uniform, scalingrl), sampler.* (sampler.zero_variance_skip, ...), short_batch,
     zero_variance_filter, batch_adv_norm, prompt_level_loss, fp32_lm_head, mask_truncated_completions,
     carry_optimizer, dtype, bf16, gradient_checkpointing, use_vllm, vllm_* (vllm_mode, ...), report_to,
-    ledger_model. The README's "Training" section says what they do.
+    ledger_model.
+
+    CISPO always gets an explicit cap on the importance ratio (epsilon_high; TRL would otherwise clamp every ratio at
+    0.2, shrinking the update 5x). The curriculum sampler picks every batch, with every group's rewards fed back.
+    ScaleRL's batch hygiene, each a switch to compare against stock TRL: zero_variance_filter (all-equal groups
+    leave the loss and its normaliser), batch_adv_norm, prompt_level_loss, fp32_lm_head, mask_truncated_completions.
+    Every rollout goes to --pool's ledger; checkpoints hold the sampler state, so a killed run (SIGKILL too)
+    resumes with the same curriculum. report_to: none, tensorboard, trackio, wandb, mlflow, all, or several
+    comma-separated (the first two are the project's trackers extra).
 
     Example: training rl --model runs/sft/final --train stage1.parquet --out runs/rl1 --set max_steps=160
     """
@@ -345,7 +353,16 @@ def run_(
 ) -> None:
     """The whole chain from one recipe: curation, starting model, SFT, RL stages, re-distillation, eval, fit.
 
-    Prints the held-out pass rate after every step. Re-running the same command resumes where it stopped.
+    Prints the held-out pass rate after every step. Re-running the same command resumes where it stopped; every
+    finished step reports done.
+
+    Recipes: training/recipes/<model>/<method>.yaml. The recipe and its curation recipe are read and checked once, at
+    the start: every key, every stage's settings as that stage will run them, the stage names against the plan, the
+    trackers; a mistake is one line before any work. A run folder belongs to one recipe: a changed setting is
+    refused with the difference (give it its own --out). `measure` samples the SFT model on the RL candidates and
+    builds the curriculum from its pass rates; `sft: null` with `model:` a folder starts from a model SFT'd
+    elsewhere; `launch:` (an accelerate launch command) runs each training step on several GPUs. `training show RUN`
+    follows a running run.
 
     Example: training run --recipe training/recipes/tiny/fastcurl.yaml
     """
@@ -370,19 +387,23 @@ def show(
 ) -> None:
     """A run's chain (a table of steps: held-out pass@1 ± SE, problems, wall time), RL's paired gain over SFT, the
     fit and the lineage; or a model folder's lineage. --json prints everything recorded (chain.json, the whole
-    fit.json, the gain)."""
-    from training.card import read_lineage
+    fit.json, the gain).
 
-    chain = run_dir / "chain.json"
-    is_run = chain.is_file() or (run_dir / "recipe.json").is_file()  # a run still in its first steps has no chain
+    On a running run it says which step runs, for how long and how far: an evaluation's samples, a training step's
+    step N of M and the time left. After a kill it names the step the run stopped in."""
+    from training.card import read_lineage
+    from training.chain import CHAIN, RECIPE, Chain
+    from training.outcome import read_summary
+    from training.plots import read_fit
+
+    chain = run_dir / CHAIN
+    is_run = chain.is_file() or (run_dir / RECIPE).is_file()  # a run still in its first steps has no chain
     if is_run:
-        payload = json.loads(chain.read_text()) if chain.is_file() else {}
-        fit = run_dir / "fit.json"
-        if fit.is_file():
-            payload["fit"] = json.loads(fit.read_text())
-        summary = run_dir / "summary.json"
-        if summary.is_file():
-            payload["gain_over_sft"] = json.loads(summary.read_text()).get("gain_over_sft")
+        payload = Chain(run_dir).to_dict() if chain.is_file() else {}
+        if (fit := read_fit(run_dir)) is not None:
+            payload["fit"] = fit
+        if (summary := read_summary(run_dir)) is not None:
+            payload["gain_over_sft"] = summary.get("gain_over_sft")
     elif (run_dir / "lineage.json").is_file():
         payload = read_lineage(run_dir)
     else:

@@ -344,13 +344,12 @@ def groups(problems: pl.DataFrame, by: str) -> pl.DataFrame:
     """(problem_id, group) for a per-level breakdown: ``by`` is a column of the problems table (``level``,
     ``difficulty``, ``subject``) or ``meta.<key>``, a field of its JSON ``meta`` (``meta.ops``: the built-in
     arithmetic chains' length). Raises ``ValueError`` when the problems have no such field."""
-    import json
 
     if by.startswith("meta."):
         key = by.split(".", 1)[1]
         if S.META not in problems.columns:
             raise ValueError(f"eval.by {by!r}: the problems have no meta column")
-        values = [json.loads(m or "{}").get(key) for m in problems[S.META].to_list()]
+        values = S.meta_values(problems[S.META].to_list(), key)
     elif by in problems.columns:
         values = problems[by].to_list()
     else:

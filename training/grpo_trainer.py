@@ -25,6 +25,7 @@ trainer.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from collections.abc import Mapping
@@ -129,7 +130,7 @@ class CurateGRPOTrainer(GRPOTrainer):
     bridge: the curriculum sampler (``training.sampler_bridge.CurriculumRepeatSampler``). zero_variance_filter /
     batch_adv_norm / prompt_level_loss: ScaleRL's batch hygiene (``group_hygiene``). ledger: an object whose
     ``write(step, **columns)`` records a generation batch's rollouts (``training.rl``'s ledger writer), or None;
-    the main process calls it. metrics_log: ``training.rl.MetricsLog`` or None.
+    the main process calls it. metrics_log: ``training.rl_records.MetricsLog`` or None.
     """
 
     def __init__(
@@ -250,6 +251,11 @@ class CurateGRPOTrainer(GRPOTrainer):
         return output
 
     # -------------------------------------------------------------- checkpoints and logs
+    def load_sampler_state(self, checkpoint: Path) -> None:
+        """Restore the curriculum's position from a checkpoint's ``sampler_state.json`` (``_save_checkpoint``
+        writes it): a resumed run draws the prompts the uninterrupted one would have."""
+        self.bridge.load_checkpoint_state(json.loads((Path(checkpoint) / SAMPLER_STATE).read_text()))
+
     def _save_checkpoint(self, model, trial):
         folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
         state = self.bridge.checkpoint_state(self.state.global_step // self.steps_per_chunk)

@@ -25,7 +25,6 @@ generation config from the first model and gets a model card (``training.card``)
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import warnings
 from collections.abc import Sequence
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from curate import io
 from curate.errors import ConfigError, CurateError
 
 
@@ -80,7 +80,7 @@ def tensor_files(model_dir: Path) -> dict[str, Path]:
 
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
+        weight_map = io.read_json(index)["weight_map"]
         return {k: model_dir / v for k, v in weight_map.items()}
     single = model_dir / "model.safetensors"
     if not single.is_file():
@@ -104,7 +104,7 @@ def _config(model_dir: Path) -> dict[str, Any]:
     path = model_dir / "config.json"
     if not path.is_file():
         raise MergeError(f"{model_dir} is not a model folder (no config.json)")
-    return {k: v for k, v in json.loads(path.read_text()).items() if k not in _VOLATILE}
+    return {k: v for k, v in io.read_json(path).items() if k not in _VOLATILE}
 
 
 def check_compatible(models: Sequence[Path]) -> dict[str, tuple[int, ...]]:
@@ -171,7 +171,6 @@ def merge_models(
     from safetensors import safe_open
     from safetensors.torch import save_file
 
-    from curate import io
     from training.card import write_model_card
 
     paths = [Path(m) for m in models]

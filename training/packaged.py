@@ -17,9 +17,10 @@ What the conversion does, and why (measured: ``../shared/docs/ENV.md``, "A real 
    dequantized state dict loaded into it (strict), then saved;
 4. the converted tokenizer's eos is ``<|im_start|>`` and it has no pad token, while the generation config ends on
    ``<|im_end|>``; TRL ends and pads completions with the tokenizer's eos, so both are set to ``<|im_end|>``;
-5. writes the chat template (the GGUF's own), ``generation_config.json`` (``training.card.write_generation_config``),
-   a model card (``huggingface_hub.ModelCard``) that says what was and was not checked, ``lineage.json``, the
-   licence, and ``files.json`` (sizes and sha256 of every file, ``training.run_folder.record_files``).
+5. writes the chat template (the GGUF's own), ``generation_config.json``
+   (``training.generation.write_generation_config``), a model card (``huggingface_hub.ModelCard``) that says what
+   was and was not checked, ``lineage.json``, the licence, and ``files.json`` (sizes and sha256 of every file,
+   ``training.run_folder.record_files``).
 
 The folder is cached in the workspace (``cache/models/<name>/``), built under a lock in a temporary folder and put in
 place whole. A later call checks it against ``files.json`` and the installed package (version and GGUF hash) and
@@ -170,6 +171,12 @@ def model_folder(ws: io.Workspace, name: str) -> Path:
     return folder
 
 
+def read_source(folder: Path) -> dict[str, Any]:
+    """What a converted folder was built from (``source.json``, written by ``build``): the package, its version,
+    the GGUF's hash and the converter."""
+    return json.loads((folder / SOURCE).read_text())
+
+
 def cached_problem(folder: Path, source: dict[str, Any] | None) -> str | None:
     """What is wrong with a cached folder (``"damaged: ..."``, ``"stale: ..."``), or None when it is whole and was
     built from ``source`` (None: any source)."""
@@ -181,7 +188,7 @@ def cached_problem(folder: Path, source: dict[str, Any] | None) -> str | None:
     if problem is not None:
         return f"damaged: {problem}"
     if source is not None:
-        built = json.loads((folder / SOURCE).read_text())
+        built = read_source(folder)
         if built != source:
             changed = sorted(k for k in set(built) | set(source) if built.get(k) != source.get(k))
             return f"stale: built from another {', '.join(changed)}"
@@ -197,7 +204,8 @@ def convert(spec: PackagedModel, gguf: Path, source: dict[str, Any], out: Path) 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from curate.manifest import file_hash
-    from training.card import DEFAULT_MAX_NEW_TOKENS, code_version, write_generation_config
+    from training.card import code_version
+    from training.generation import DEFAULT_MAX_NEW_TOKENS, write_generation_config
     from training.run_folder import record_files
 
     wall, cpu = time.perf_counter(), time.process_time()
@@ -312,5 +320,7 @@ curate-rl `training init-packaged` (converter {CONVERTER}): {figures["convert_cp
 
 def describe(folder: Path) -> dict[str, Any]:
     """The figures a converted folder records (``lineage.json``'s metrics plus the folder), for the CLI."""
-    lineage = json.loads((folder / "lineage.json").read_text())
+    from training.card import read_lineage
+
+    lineage = read_lineage(folder)
     return {"model": str(folder), **lineage["metrics"], **{k: v for k, v in lineage["data"].items() if k != "gguf"}}

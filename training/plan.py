@@ -23,7 +23,6 @@ checked here, as soon as the curriculum exists, before the first stage trains.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -151,12 +150,14 @@ def plan_stages(recipe: RunRecipe, ws: io.Workspace, pinned: Path | None = None)
     Raises ``InputError`` when the curriculum has no plan yet."""
     if recipe.train:
         return single_stage(pinned or resolve_path(ws, recipe.train), recipe.rl, run=recipe.run_settings())
-    plan_path = (pinned or ws.curriculum_dir(recipe.curriculum)) / "plan.json"
-    if not plan_path.is_file():
-        raise InputError(f"curriculum {recipe.curriculum!r} has no plan.json at {plan_path}: run `curate curriculum`")
-    plan = json.loads(plan_path.read_text())
+    from curate.curriculum.stage import PLAN, read_plan
+
+    folder = pinned or ws.curriculum_dir(recipe.curriculum)
+    plan = read_plan(folder)
+    if plan is None:
+        raise InputError(f"curriculum {recipe.curriculum!r} has no {PLAN} at {folder / PLAN}: run `curate curriculum`")
     return rl_stages(
-        plan, plan_path.parent, recipe.rl, fields=recipe.plan_fields, scale=recipe.scale, per_stage=recipe.stages,
+        plan, folder, recipe.rl, fields=recipe.plan_fields, scale=recipe.scale, per_stage=recipe.stages,
         only=recipe.only_stages, run=recipe.run_settings(),
     )  # fmt: skip
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from training.chain import Chain
 from training.scaling import (
     COMPUTE,
     PASS_AT_1,
@@ -39,6 +40,7 @@ from training.scaling import (
 
 
 METRICS_FILE = "metrics.parquet"
+FIT = "fit.json"  # ``fit_run``'s result beside the curve it fitted (``read_fit``)
 TRAINING_SERIES = (("reward", "mean reward", "#1f77b4"), ("kept_group_frac", "kept-group fraction", "#ff7f0e"))
 BASELINES = (("sft", "#2ca02c"), ("init", "#7f7f7f"))  # chain.json records drawn as horizontal lines on eval.png
 _SPAN_COLOURS = ("#1f77b4", "#ff7f0e")  # alternate stage spans
@@ -59,30 +61,27 @@ def _save(fig: Any, out: str | Path) -> Path:
     return out
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text()) if path.is_file() else {}
-    except ValueError:
-        return {}
-
-
-def chain_records(run_dir: str | Path) -> list[dict[str, Any]]:
-    """``chain.json``'s step records (empty without one)."""
-    return list(_read_json(Path(run_dir) / "chain.json").get("steps") or [])
-
-
 def run_compute_unit(run_dir: str | Path) -> str:
     """The unit of the run's compute axis: ``recipe.json``'s ``fit.compute_unit``, else ``compute``."""
-    fit = _read_json(Path(run_dir) / "recipe.json").get("fit") or {}
+    from training.chain import read_recipe
+
+    fit = (read_recipe(run_dir) or {}).get("fit") or {}
     return str(fit.get("compute_unit") or "compute")
+
+
+def _stage_rl(rec: Mapping[str, Any]) -> Any:
+    """The ``RLConfig`` an RL stage of the chain trained with (its folder's ``config.json``), None without one."""
+    from training.rl import read_config
+
+    cfg = read_config(Path(rec["stage_dir"])) if rec.get("stage_dir") else None
+    return cfg.rl if cfg is not None else None
 
 
 def _stage_label(rec: Mapping[str, Any]) -> str:
     """``stage1`` plus the context the stage trained with (its run folder's ``config.json``), e.g. ``stage1 · 128``."""
     name = str(rec["step"]).removeprefix("rl:")
-    rl = _read_json(Path(rec["stage_dir"]) / "config.json").get("rl") if rec.get("stage_dir") else None
-    ctx = (rl or {}).get("max_completion_length")
-    return f"{name} · {ctx} tok" if ctx else name
+    rl = _stage_rl(rec)
+    return f"{name} · {rl.max_completion_length} tok" if rl is not None else name
 
 
 def _stage_spans(ax: Any, spans: list[tuple[float, float, str]]) -> None:
@@ -118,7 +117,7 @@ def training_figure(run_dir: str | Path) -> Any:
         return None
     spans = []
     if "stage" in df.columns:
-        labels = {r["step"]: _stage_label(r) for r in chain_records(run_dir) if "rl_steps" in r}
+        labels = {r["step"]: _stage_label(r) for r in Chain(run_dir).steps if "rl_steps" in r}
         bounds = df.group_by("stage", maintain_order=True).agg(pl.col("step").min().alias("lo"), pl.col("step").max())
         spans = [(lo - 0.5, hi + 0.5, labels.get(st, str(st).removeprefix("rl:"))) for st, lo, hi in bounds.rows()]
     fig, axes = _figure(len(series), (7.5, 0.6 + 2.5 * len(series)))
@@ -155,7 +154,7 @@ def eval_figure(run_dir: str | Path, compute_unit: str | None = None) -> Any:
     if df.is_empty():
         return None
     unit = compute_unit or run_compute_unit(run_dir)
-    records = chain_records(run_dir)
+    records = Chain(run_dir).steps
     fig, (ax,) = _figure(figsize=(7.5, 4.5))
     rl = sorted((r for r in records if "rl_steps" in r and "offset_compute" in r), key=lambda r: r["offset_compute"])
     spans = [(float(r["offset_compute"]), float(r.get("compute", r["offset_compute"])), _stage_label(r)) for r in rl]
@@ -193,36 +192,29 @@ def plot_plan(run_dir: str | Path, out: str | Path | None = None) -> Path | None
     ``plan.png`` shows those: 8K -> 24K for FastCuRL). The plan is the run's pinned copy (``data/curriculum``),
     else the lineage's curriculum folder; ``None`` without a plan or before any RL stage trained."""
     from curate.curriculum.plots import plot_plan as draw
+    from curate.curriculum.stage import read_plan
+    from training.chain import DATA, PINNED
 
     run_dir = Path(run_dir)
-    data = _read_json(run_dir / "chain.json")
-    plan_path = run_dir / "data" / "curriculum" / "plan.json"
-    if not plan_path.is_file() and (data.get("lineage") or {}).get("curriculum"):
-        plan_path = Path(data["lineage"]["curriculum"]) / "plan.json"
-    plan = _read_json(plan_path)
-    if not plan.get("stages"):
+    chain = Chain(run_dir)
+    plan = read_plan(run_dir / DATA / PINNED["curriculum"])  # the run's own copy, else the curriculum folder
+    if plan is None and (chain.lineage or {}).get("curriculum"):
+        plan = read_plan(chain.lineage["curriculum"])
+    if not (plan or {}).get("stages"):
         return None
     trained = {}
-    for rec in data.get("steps") or []:
+    for rec in chain.steps:
         name = str(rec.get("step", ""))
-        rl = _read_json(Path(rec["stage_dir"]) / "config.json").get("rl") if rec.get("stage_dir") else None
-        if not name.startswith("rl:") or not rl:
+        rl = _stage_rl(rec) if name.startswith("rl:") else None
+        if rl is None:
             continue
-        values = {"max_response_length": rl.get("max_completion_length"), "n": rl.get("num_generations"),
-                  "steps": rec.get("rl_steps") or rl.get("max_steps")}  # fmt: skip
-        trained[name.removeprefix("rl:")] = {k: v for k, v in values.items() if v is not None}
+        values = {"max_response_length": rl.max_completion_length, "n": rl.num_generations,
+                  "steps": rec.get("rl_steps") or rl.max_steps}  # fmt: skip
+        trained[name.removeprefix("rl:")] = values
     if not trained:
         return None
     bands = list(dict.fromkeys(b for st in plan["stages"] for b in st.get("difficulty_mix") or {}))
     return draw(plan, out or run_dir / "plan.png", bands, trained=trained, trained_in=f"run {run_dir.name}")
-
-
-def fit_stderr(df: pl.DataFrame) -> list[float] | None:
-    """An eval frame's ``stderr`` in ``fit_sigmoid``'s point order (finite points sorted by compute); None without."""
-    if "stderr" not in df.columns:
-        return None
-    ok = df.filter(pl.col("compute").is_finite() & pl.col("pass_at_1").is_finite() & (pl.col("compute") >= 0))
-    return ok.sort("compute", maintain_order=True)["stderr"].fill_nan(0.0).fill_null(0.0).to_list()
 
 
 # --------------------------------------------------------------------------------------------------- the fit of a run
@@ -277,12 +269,18 @@ def fit_run(
         ],
         "config": asdict(cfg),
     }
-    io.write_text(out / "fit.json", json.dumps(result, indent=2, default=float) + "\n")
+    io.write_text(out / FIT, json.dumps(result, indent=2, default=float) + "\n")
     if plot:
         stderr = _curve_stderr(path, compute, rates)
         plot_fit(fit, out / "fit.png", extrapolate_to=max(targets), advice=result["advice"], cfg=cfg, stderr=stderr)
         result["plot"] = str(out / "fit.png")
     return result
+
+
+def read_fit(run_dir: str | Path) -> dict[str, Any] | None:
+    """A run folder's ``fit.json`` (``fit_run``: the fit, its advice, the predictions, the config), None without."""
+    path = Path(run_dir) / FIT
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def plot_fit(

@@ -243,11 +243,10 @@ class RunRecipe:
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved recipe as JSON-simple data (``recipe.json`` of a run; ``curate`` is the file it names)."""
-        import json
 
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "curate"}
         data = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in data.items()}
-        return json.loads(json.dumps(data, default=str))
+        return io.jsonable(data)
 
 
 RUN_KEYS = {"save_steps": "eval.every"}  # RLConfig keys ``RunRecipe.run_settings`` sets, by the recipe key

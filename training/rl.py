@@ -8,8 +8,9 @@ This module is the stage's config and main (open-r1's shape): ``RLConfig`` (vali
 until the first loss step), ``grpo_args`` (the ``GRPOConfig`` it maps to), ``build_trainer`` and ``train_rl``. The
 trainer itself, ``training.grpo_trainer.CurateGRPOTrainer``, adds the curriculum sampler, reward feedback, ScaleRL's
 batch hygiene and the sampler state in checkpoints; every rollout (problem_id, step, completion, reward, verdict)
-goes to the pool's rollout ledger under the run's model name through ``LedgerWriter`` (one atomic part per
-generation, named by run and step, so a resumed step rewrites its part instead of duplicating it).
+goes to the pool's rollout ledger under the run's model name through ``training.rl_records.LedgerWriter`` (one
+atomic part per generation, named by run and step, so a resumed step rewrites its part instead of duplicating it),
+and every step's metrics to ``metrics.parquet`` through ``training.rl_records.MetricsLog``.
 
 Loss types are restricted to grpo | dapo | cispo and validated here (TRL accepts typos until the first loss step).
 CISPO always gets an explicit absolute cap ``epsilon_high`` (5.0 unless set): TRL would otherwise fall back to
@@ -17,7 +18,7 @@ CISPO always gets an explicit absolute cap ``epsilon_high`` (5.0 unless set): TR
 
 Run folder::
 
-    config.json        resolved RLConfig + model, train file (sha256), pool, ledger model
+    config.json        resolved RLConfig + model, train file (sha256), pool, ledger model (``read_config``)
     metrics.parquet    one row per optimizer step (reward, kept-group fraction, entropy, lengths, truncation,
                        clip ratio, tokens, wall time, ...)
     checkpoints/checkpoint-N/   TRL checkpoint + sampler_state.json
@@ -40,7 +41,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -51,6 +52,7 @@ from curate.curriculum.sampler import POLICIES, SamplerConfig
 from curate.errors import ConfigError, InputError
 from curate.manifest import file_hash
 from training import run_folder
+from training.rl_records import LedgerWriter, MetricsLog
 from training.sft import trackers
 
 
@@ -58,7 +60,6 @@ LOSS_TYPES = ("grpo", "dapo", "cispo")
 CISPO_DEFAULT_CAP = 5.0  # ScaleRL's eps_max (4-8 equivalent, METHODS §4.3); TRL's recommended value
 SCALE_REWARDS = ("group", "batch", "none")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-BACKEND = "trl"
 CONFIG, SUMMARY = "config.json", "summary.json"  # the run folder's identity and result files
 OPTIMIZER = "optimizer.pt"  # Adam's state after the last step (``carry_optimizer``)
 # RLConfig's settings that take one of a few values (checked when it is built).
@@ -159,7 +160,7 @@ class RLConfig:
         return self.prompts_per_step * self.num_generations
 
     def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+        return io.jsonable(dataclasses.asdict(self))
 
 
 def _check_counts(cfg: RLConfig) -> None:
@@ -198,105 +199,6 @@ def load_rl_config(
         if isinstance(sub, Mapping) and key in sub and sub[key] != data.get(key, getattr(RLConfig, key)):
             raise ConfigError(f"set rl.{key}, not rl.sampler.{key} (the curriculum takes the stage's {key})")
     return from_mapping(RLConfig, data, "rl")
-
-
-# --------------------------------------------------------------------------------------------------- ledger
-@dataclass(frozen=True)
-class LedgerWriter:
-    """Writes a stage's rollouts into the pool's ledger under ``model`` through ``curate.rollout.ledger`` (the one
-    reader and writer of the ledger): one part per generation batch, ``part-<run_id>-step<step>``, so a resumed step
-    replaces its own part (same rows, same sample indices) instead of adding a second copy. Sample indices follow
-    the ledger's one numbering rule (the lowest free ones per problem, chosen under the ledger's lock)."""
-
-    ws: io.Workspace
-    pool: str
-    model: str
-    run_id: str
-    temperature: float
-    top_p: float
-    max_tokens: int
-    seed: int
-
-    def write(
-        self,
-        step: int,
-        *,
-        problem_ids: Sequence[str],
-        completions: Sequence[str],
-        rewards: Sequence[float | None],
-        verdicts: Sequence[str | None],
-        extracted: Sequence[str | None],
-        completion_tokens: Sequence[int],
-        finish_reasons: Sequence[str],
-    ) -> Path:
-        from curate.rollout import ledger
-
-        values = {
-            S.COMPLETION: list(completions), S.COMPLETION_TOKENS: [int(n) for n in completion_tokens],
-            S.FINISH_REASON: list(finish_reasons), S.EXTRACTED_ANSWER: [e or None for e in extracted],
-            S.VERDICT: list(verdicts), S.REWARD: [None if r is None else float(r) for r in rewards],
-            S.TEMPERATURE: self.temperature, S.TOP_P: self.top_p, S.MAX_TOKENS: self.max_tokens, S.SEED: self.seed,
-            S.STEP: step,
-        }  # fmt: skip
-        rows = ledger.build_rows(self.model, problem_ids, values, backend=BACKEND, run_id=self.run_id)
-        return ledger.append(
-            self.ws, self.pool, self.model, rows, part=ledger.part_name(self.run_id, f"step{step:07d}")
-        )
-
-
-# --------------------------------------------------------------------------------------------------- metrics
-_METRIC_NAMES = {
-    "rewards/accuracy_reward/mean": None,  # same as reward with one reward function
-    "rewards/accuracy_reward/std": None,
-    "completions/mean_length": "completion_mean_length",
-    "completions/min_length": "completion_min_length",
-    "completions/max_length": "completion_max_length",
-    "completions/clipped_ratio": "truncation_rate",
-    "completions/mean_terminated_length": "completion_mean_terminated_length",
-    "completions/min_terminated_length": None,
-    "completions/max_terminated_length": None,
-    "num_tokens": "tokens",
-    "cispo_clip_ratio": "clip_ratio",
-    "clip_ratio/region_mean": "clip_ratio",
-    "clip_ratio/low_mean": "clip_ratio_low",
-    "clip_ratio/high_mean": "clip_ratio_high",
-    "epoch": None,  # the Trainer's epoch counter means nothing with an online sampler
-}
-
-
-class MetricsLog:
-    """Per-step training metrics -> ``metrics.parquet`` (written at every checkpoint and at the end).
-
-    Columns: step, wall_s (cumulative across resumes), reward, reward_std, frac_reward_zero_std, kept_group_frac,
-    entropy, completion lengths, truncation_rate, clip_ratio, tokens (cumulative prompt + completion tokens: the
-    compute axis), loss, grad_norm, learning_rate, step_time, and any other key TRL logs (``/`` -> ``_``).
-    """
-
-    def __init__(self, path: Path, resume_step: int = 0) -> None:
-        self.path = Path(path)
-        self.rows: list[dict[str, Any]] = []
-        if resume_step and self.path.is_file():
-            self.rows = pl.read_parquet(self.path).filter(pl.col("step") <= resume_step).to_dicts()
-        self.offset = float(self.rows[-1]["wall_s"]) if self.rows else 0.0
-        self.t0 = time.perf_counter()
-
-    def add(self, step: int, logs: Mapping[str, Any]) -> None:
-        if "train_runtime" in logs or step < 1:
-            return
-        row: dict[str, Any] = {"step": int(step), "wall_s": self.offset + time.perf_counter() - self.t0}
-        for key, value in logs.items():
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                continue
-            name = _METRIC_NAMES.get(key, key.replace("/", "_"))
-            if name is not None:
-                row[name] = float(value)
-        self.rows = [r for r in self.rows if r["step"] != step] + [row]
-
-    def write(self) -> Path | None:
-        if not self.rows:
-            return None
-        frame = pl.from_dicts(self.rows, infer_schema_length=None).sort("step")
-        return io.write_parquet(frame, self.path)
 
 
 # --------------------------------------------------------------------------------------------------- data
@@ -467,6 +369,27 @@ def run_identity(
     }
 
 
+class StageConfig(NamedTuple):
+    """A stage folder's ``config.json`` read back (``read_config``): its settings as an ``RLConfig`` and the whole
+    identity it was bound to (``run_identity``: model, train file and its sha256, pool, ledger model; plus the
+    run id and world size)."""
+
+    rl: RLConfig
+    identity: dict[str, Any]
+
+
+def read_config(stage_dir: Path) -> StageConfig | None:
+    """The ``config.json`` ``train_rl`` bound ``stage_dir`` to, its ``rl`` settings validated back into an
+    ``RLConfig`` (the sampler's policy and seed come from the stage's own, as when it was built); None before the
+    stage started."""
+    saved = run_folder.read_identity(stage_dir, CONFIG)
+    if saved is None:
+        return None
+    settings = dict(saved.get("rl") or {})
+    settings["sampler"] = {k: v for k, v in (settings.get("sampler") or {}).items() if k not in ("policy", "seed")}
+    return StageConfig(load_rl_config(settings), saved)
+
+
 def train_rl(
     cfg: RLConfig,
     *,
@@ -522,7 +445,7 @@ def train_rl(
         world_size=state.num_processes,
     )
     if checkpoint is not None:
-        trainer.bridge.load_checkpoint_state(json.loads((checkpoint / run_folder.SAMPLER_STATE).read_text()))
+        trainer.load_sampler_state(checkpoint)
         trainer.resume_rng_from = str(checkpoint)  # restored at the first step: the resumed steps sample the same
     trainer.optimizer_from = optimizer_from
     final = out_dir / run_folder.FINAL

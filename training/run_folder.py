@@ -43,9 +43,8 @@ def bind(out_dir: Path, identity_file: str, identity: Mapping[str, Any], *, extr
     """Bind ``out_dir`` to this run's identity: refuse a folder holding another run (``InputError`` naming
     ``--out``), else write ``identity`` (plus ``extra``) when it is new. Returns whether the folder held this run
     already. (Not a ledger claim: ``curate.rollout.ledger`` claims sample indices.)"""
-    path = Path(out_dir) / identity_file
-    if path.is_file():
-        saved = json.loads(path.read_text())
+    saved = read_identity(out_dir, identity_file)
+    if saved is not None:
         if {k: saved.get(k) for k in identity} != dict(identity):
             raise InputError(
                 f"{out_dir} holds a run with another config, model or data; use a new --out folder "
@@ -53,8 +52,15 @@ def bind(out_dir: Path, identity_file: str, identity: Mapping[str, Any], *, extr
             )
         return True
     if write:
-        io.write_json(path, json.loads(json.dumps({**identity, **dict(extra or {})}, default=str)))
+        io.write_json(Path(out_dir) / identity_file, io.jsonable({**identity, **dict(extra or {})}))
     return False
+
+
+def read_identity(out_dir: Path, identity_file: str) -> dict[str, Any] | None:
+    """What ``bind`` recorded in ``out_dir``'s identity file (the run's identity plus its ``extra``), None before
+    it did. A step's own reader gives it its types (``training.rl.read_config``)."""
+    path = Path(out_dir) / identity_file
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def finished(out_dir: Path, result_file: str) -> dict[str, Any] | None:
@@ -98,8 +104,8 @@ def at_end(checkpoint: Path | None) -> bool:
     of resuming (``trainer_state``)."""
     if checkpoint is None:
         return False
-    state = json.loads((Path(checkpoint) / TRAINER_STATE).read_text())
-    return bool(state.get("max_steps")) and state.get("global_step", 0) >= state["max_steps"]
+    state = trainer_state(checkpoint)
+    return bool(state.max_steps) and state.global_step >= state.max_steps
 
 
 def trainer_state(checkpoint: Path) -> Any:
@@ -125,6 +131,12 @@ def record_files(folder: Path, patterns: Sequence[str] = ("*",)) -> Path:
         io.public_mode(path)
         record[path.name] = {"bytes": path.stat().st_size, "sha256": file_hash(path)}
     return io.write_json(folder / FILES, record)
+
+
+def read_files(folder: Path) -> dict[str, dict[str, Any]]:
+    """``folder``'s ``files.json`` (``record_files``): ``{file name: {"bytes": n, "sha256": hex}}``. Raises
+    ``OSError`` when it is missing, ``ValueError`` when it is not JSON."""
+    return json.loads((Path(folder) / FILES).read_text())
 
 
 class NotFinite(CurateError):
@@ -173,11 +185,10 @@ def check_weights(folder: Path) -> str | None:
 def check_files(folder: Path) -> str | None:
     """What is wrong with ``folder``'s files against ``files.json`` (a missing, resized or changed file), or None
     when they match or the folder has no record (written before records existed)."""
-    record_path = Path(folder) / FILES
-    if not record_path.is_file():
+    if not (Path(folder) / FILES).is_file():
         return None
     try:
-        record = json.loads(record_path.read_text())
+        record = read_files(folder)
     except ValueError:
         return f"{FILES} is unreadable"
     for name, want in record.items():
@@ -237,7 +248,7 @@ def _check_config(path: Path) -> str | None:
 def _sealed(folder: Path) -> bool:
     """Whether ``folder`` has a ``files.json`` with content hashes (``seal``), which ``check_files`` verified."""
     try:
-        record = json.loads((folder / FILES).read_text())
+        record = read_files(folder)
     except (OSError, ValueError):
         return False
     return bool(record) and all("sha256" in entry for entry in record.values())

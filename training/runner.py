@@ -19,7 +19,10 @@ The chain, one public function per step, each skipped when its output is already
 6. ``decide`` after every RL stage when the recipe has ``decide`` (below);
 7. ``redistill`` (optional ``redistill``): SFT of the starting model on the last stage's correct RL rollouts;
 8. ``fit_and_plot``: the ScaleRL sigmoid fit over (compute, pass rate) of the RL steps, its advice and figures;
-9. ``write_summary``: ``summary.json``.
+9. ``write_summary``: ``summary.json``, with RL's paired gain over SFT and the zero-variance waste (``report``).
+
+Steps 8 and 9, and what a run bought (the evals' tables, the paired gain, the waste, the chain's metrics), live in
+``training.outcome``, which the Prefect flow and the benchmarks read a run through.
 
 Every step takes ``(run, state)``: a ``Run`` (recipe, workspace, run folder) and the ``ChainState`` the previous step
 returned (the current model, RL step and compute offsets, the model waiting for its evaluation), and returns the
@@ -57,23 +60,21 @@ and ``lineage.json`` (``chain_lineage``: pool, selection, curriculum, solutions 
 the card adds the code version). ``training show RUN`` prints the chain.
 
 Where the rest lives: the recipe and its checks in ``training.recipe``, the stages of the plan in
-``training.plan``, run state, the one-process-per-step runner and lineage in ``training.chain``, whether a step's
-folder is done in ``training.run_folder``. Keep scripts that import this module under
-``if __name__ == "__main__":`` (the answer checker's spawn workers re-import the main module).
+``training.plan``, what the run bought in ``training.outcome``, run state, the one-process-per-step runner and
+lineage in ``training.chain``, whether a step's folder is done in ``training.run_folder``. Keep scripts that import
+this module under ``if __name__ == "__main__":`` (the answer checker's spawn workers re-import the main module).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from curate import io
-from curate import schema as S
 from curate.progress import status_file
 from training import rl, run_folder
 from training.chain import (
@@ -90,13 +91,12 @@ from training.chain import (
     stamp_lineage,
 )
 from training.coscale import coscale_measure, coscale_sft, coscale_solutions, coscale_stages
+from training.outcome import checkpoint_eval, fit_and_plot, keep_eval, report, write_summary
 from training.packaged import model_folder, packaged_name
 from training.plan import StagePlan, rl_step_name, sequential_note
 from training.recipe import RunRecipe, resolve_path, stage_rl
 
 
-SUMMARY = "summary.json"
-EVALS = "evals"  # per-problem held-out results of every chain step (<step>.parquet)
 STOP, CONTINUE = "stop", "continue"
 
 
@@ -118,97 +118,14 @@ def _eval(
     out = {k: result[k] for k in ("pass_at_1", "stderr", "n_problems", "k", "warning") if k in result}
     if save_as is None:
         return out
-    _keep_eval(result, run.run_dir / EVALS / eval_file(save_as))
+    keep_eval(run.run_dir, save_as, result)
     if others and save_as != "init":  # the other temperatures (a model built from scratch scores 0 at any)
         for temperature in sec.temperatures:
             cfg = dataclasses.replace(sec.config(limit), temperature=temperature)
             other = evaluate(model_dir, heldout, cfg, progress=True)
-            _keep_eval(other, run.run_dir / EVALS / eval_file(save_as, temperature))
+            keep_eval(run.run_dir, save_as, other, temperature)
             out.setdefault("at_temperature", {})[str(temperature)] = {k: other[k] for k in ("pass_at_1", "stderr")}
     return out
-
-
-def _keep_eval(result: Mapping[str, Any], path: Path) -> None:
-    """An evaluation's per-problem table at ``path`` and its samples beside it (``<name>.samples.parquet``)."""
-    io.write_parquet(result["per_problem"], path)
-    if "samples" in result:
-        io.write_parquet(result["samples"], path.with_suffix(".samples.parquet"))
-
-
-def eval_file(step: str, temperature: float | None = None) -> str:
-    """The per-problem table of a step in ``evals/``: ``<step>.parquet`` at the eval temperature, else
-    ``<step>@T<temperature>.parquet``."""
-    return f"{S.slug(step)}.parquet" if temperature is None else f"{S.slug(step)}@T{temperature:g}.parquet"
-
-
-def checkpoint_eval(step: str, at: int) -> str:
-    """The ``evals/`` name of a stage's checkpoint at its step ``at`` (``rl:stage2`` step 10 -> ``rl_stage2-step10``):
-    its per-problem table, for paired comparisons at an early budget."""
-    return f"{S.slug(step)}-step{at}"
-
-
-def gain_over_sft(run: Run) -> dict[str, Any] | None:
-    """The last RL model against the SFT model on the same held-out problems (``evaluate.paired_gain``): the
-    figure a user asks of the chain, "did RL beat SFT, by how many standard errors?". None without both."""
-    import polars as pl
-
-    from training.evaluate import groups, heldout_problems, paired_gain, paired_gain_by
-
-    folder, sec = run.run_dir / EVALS, run.recipe.eval
-    rl_steps = [r["step"] for r in run.chain().steps if "rl_steps" in r]
-    rl_steps = [step for step in rl_steps if (folder / eval_file(step)).is_file()]
-    if not rl_steps or not (folder / "sft.parquet").is_file():
-        return None
-    grouping = None
-    if sec.by:
-        grouping = groups(heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit), sec.by)
-
-    def pair(temperature: float | None) -> dict[str, Any] | None:
-        after, before = folder / eval_file(rl_steps[-1], temperature), folder / eval_file("sft", temperature)
-        if not (after.is_file() and before.is_file()):
-            return None
-        a, b = pl.read_parquet(after), pl.read_parquet(before)
-        return {**paired_gain(a, b), **({"by": paired_gain_by(a, b, grouping)} if grouping is not None else {})}
-
-    out = {"after": rl_steps[-1], "before": "sft", "temperature": sec.temperature, **pair(None)}
-    others = {str(t): pair(t) for t in sec.temperatures}
-    if any(others.values()):
-        out["at_temperature"] = {t: g for t, g in others.items() if g}
-    return out
-
-
-def _echo_gain(run: Run, gain: Mapping[str, Any]) -> None:
-    """The chain's last lines: RL against SFT on the same held-out problems, at each temperature, per group."""
-    at = [(gain["temperature"], gain), *((float(t), g) for t, g in gain.get("at_temperature", {}).items())]
-    for temperature, g in at:
-        run.echo(f"[chain] {gain['after']} vs sft on the same {g['n_problems']} held-out problems at "
-                 f"T={temperature:g}: {g['before_rate']:.3f} -> {g['after_rate']:.3f}, {g['gain']:+.3f} ± "
-                 f"{g['stderr']:.3f} (paired SE), z = {g['z']:.1f}")  # fmt: skip
-        for group, gg in (g.get("by") or {}).items():
-            run.echo(f"[chain]   {run.recipe.eval.by} {group}: {gg['before_rate']:.3f} -> {gg['after_rate']:.3f}, "
-                     f"{gg['gain']:+.3f} ± {gg['stderr']:.3f} (n={gg['n_problems']})")  # fmt: skip
-
-
-def zero_variance(run: Run) -> dict[str, Any]:
-    """The waste RL met: the share of zero-variance groups the trainer observed over every RL step of the run
-    (``1 - kept_group_frac``, step by step, weighted by groups), beside ``measure``'s forecast for the selection
-    (``curate.score.forecast``; None without ``measure``)."""
-    import polars as pl
-
-    note = run.chain().note("measure", "sft") or {}
-    forecast = ((note.get("select") or {}).get("zero_variance_forecast") or {}).get("selection")
-    kept = groups = 0.0
-    for rec in run.chain().steps:
-        path = Path(rec.get("stage_dir", "")) / "metrics.parquet"
-        if "stage_dir" in rec and path.is_file():
-            m = pl.read_parquet(path)
-            if "kept_group_frac" in m.columns:
-                n = json.loads((Path(rec["stage_dir"]) / "config.json").read_text())["rl"]["prompts_per_step"]
-                kept += float(m["kept_group_frac"].fill_null(0.0).sum()) * n
-                groups += m.height * n
-    observed = round(1.0 - kept / groups, 4) if groups else None
-    return {"forecast": forecast if forecast and forecast.get("share") is not None else None,
-            "observed": observed, "groups": int(groups)}  # fmt: skip
 
 
 def stage_dir(run: Run, stage: StagePlan, iteration: int = 0) -> Path:
@@ -240,7 +157,7 @@ def curation(run: Run) -> list[dict[str, Any]]:
     ran = [r.stage for r in results if not r.skipped]
     run.echo(f"[chain] curation: {len(results)} stage(s), ran {ran or 'none (up to date)'} "
              f"[{time.perf_counter() - t0:.0f} s]")  # fmt: skip
-    return [json.loads(json.dumps(r.to_dict(), default=str)) for r in results]
+    return [io.jsonable(r.to_dict()) for r in results]
 
 
 def init_model(run: Run) -> ChainState:
@@ -307,7 +224,7 @@ def measure(run: Run, state: ChainState) -> ChainState:
     def run_curate(stage: str) -> None:
         crecipe = curate_recipe(run.recipe, stage, sections[stage])
         result = pipeline.run_stage(stage, run.ws, crecipe, progress=True).to_dict()  # the rollout's progress line
-        record[stage] = json.loads(json.dumps(result.get("summary") or {}, default=str))
+        record[stage] = io.jsonable(result.get("summary") or {})
         run.echo(f"[chain] measure: {stage} [{result['wall_s']:.0f} s]")
 
     run_curate("rollout")
@@ -370,7 +287,7 @@ def redistill(run: Run, state: ChainState) -> ChainState:
 
     if run_folder.finished(rd_dir, METRICS) is None:
         last = Path(state.last_stage)
-        ledger_model = json.loads((last / "config.json").read_text()).get("ledger_model") or last.name
+        ledger_model = rl.read_config(last).identity.get("ledger_model") or last.name
         run_step({
             "kind": "redistill", "out": str(rd_dir), "model": state.initial,
             "ledger": str(rollout_ledger.folder(run.ws, recipe.pool, ledger_model)),
@@ -382,9 +299,11 @@ def redistill(run: Run, state: ChainState) -> ChainState:
     return dataclasses.replace(state, pending=pending)  # the policy stays the RL model; this one is a by-product
 
 
-def evaluate_model(run: Run, state: ChainState) -> ChainState:
+def evaluate_model(run: Run, state: ChainState, last: bool = True) -> ChainState:
     """Held-out pass@1 of the model the previous step trained (and of an RL stage's checkpoints, ``eval.every``);
-    one ``chain.json`` record; skipped when the record exists."""
+    one ``chain.json`` record; skipped when the record exists (a rerun prints the recorded line, marked done, so
+    every step reports). ``last``: False for an RL stage a later stage of the
+    pass follows (``_rl_passes`` knows): it is not evaluated at ``eval.temperatures``."""
     from training.evaluate import append_eval
 
     p = state.pending
@@ -392,7 +311,8 @@ def evaluate_model(run: Run, state: ChainState) -> ChainState:
         return state
     state = dataclasses.replace(state, pending=None)
     chain = run.chain()
-    if chain.get(p["step"]) is not None:
+    if (done := chain.get(p["step"])) is not None:
+        _echo_heldout(run, done, " (done)")
         return state
     t0 = time.perf_counter()
     is_rl = p.get("kind") == "rl"
@@ -409,8 +329,7 @@ def evaluate_model(run: Run, state: ChainState) -> ChainState:
             run.echo(f"[chain]   {p['step']} step {step}: pass@1 = {ev['pass_at_1']:.3f} ± {ev['stderr']:.3f}")
     # ``eval.temperatures`` where the chain's comparison reads them: every step but an RL stage a later one follows
     # (the SFT model and the last stage are what ``gain_over_sft`` pairs; a pass ``decide`` stops early has none)
-    followed = is_rl and p["step"] != rl_step_name(run.stages()[-1], state.iteration)
-    ev = _eval(Path(p["model"]), run, save_as=p["step"], others=not followed)
+    ev = _eval(Path(p["model"]), run, save_as=p["step"], others=last or not is_rl)
     extra = {k: p[k] for k in ("rl_steps", "compute", "stage_dir", "offset_step", "offset_compute") if k in p}
     rec = {"step": p["step"], "model": p["model"], "wall_s": round(p["wall_s"] + time.perf_counter() - t0, 1),
            **ev, **extra}  # fmt: skip
@@ -418,9 +337,14 @@ def evaluate_model(run: Run, state: ChainState) -> ChainState:
     _card_evaluation(run, p, ev)
     if is_rl:
         append_eval(run.run_dir, p["offset_step"] + p["rl_steps"], p["eval_compute"], rec)
-    run.echo(f"[chain] {p['step']:<24} held-out pass@1 = {ev['pass_at_1']:.3f} ± {ev['stderr']:.3f} "
-             f"(n={ev['n_problems']}, k={ev['k']})  [{rec['wall_s']:.0f} s]")  # fmt: skip
+    _echo_heldout(run, rec)
     return state
+
+
+def _echo_heldout(run: Run, rec: Mapping[str, Any], note: str = "") -> None:
+    """A step's held-out line: ``[chain] sft   held-out pass@1 = 0.631 ± 0.027 (n=300, k=4)  [359 s]``."""
+    run.echo(f"[chain] {rec['step']:<24} held-out pass@1 = {rec['pass_at_1']:.3f} ± {rec['stderr']:.3f} "
+             f"(n={rec['n_problems']}, k={rec['k']})  [{rec['wall_s']:.0f} s]{note}")  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------- decisions
@@ -478,75 +402,6 @@ def decide(run: Run, state: ChainState, after: str) -> dict[str, Any]:
     return rec
 
 
-# --------------------------------------------------------------------------------------------------- fit + summary
-def _chain_metrics(run: Run) -> Path | None:
-    """Every RL stage's metrics.parquet on one step (and token) axis, offset by the stages before, with a ``stage``
-    column: ``<run>/metrics.parquet``, the learning curves of the whole chain."""
-    import polars as pl
-
-    frames = []
-    for rec in sorted((s for s in run.chain().steps if "stage_dir" in s), key=lambda s: s["offset_step"]):
-        path = Path(rec["stage_dir"]) / "metrics.parquet"
-        if path.is_file():
-            df = pl.read_parquet(path)
-            df = df.with_columns(pl.col("step") + rec["offset_step"], pl.lit(rec["step"]).alias("stage"))
-            if "tokens" in df.columns:  # cumulative over the run, as the eval curve's compute axis
-                df = df.with_columns(pl.col("tokens") + rec.get("offset_compute", 0.0))
-            frames.append(df)
-    if not frames:
-        return None
-    return io.write_parquet(pl.concat(frames, how="diagonal_relaxed").sort("step"), run.run_dir / "metrics.parquet")
-
-
-def fit_and_plot(run: Run, state: ChainState) -> dict[str, Any]:
-    """The sigmoid fit of the whole eval curve (``fit.json``, ``fit.png`` with its extrapolation), the learning
-    curves of every RL stage (``training.png``) and the eval curve (``eval.png``). Recomputed on every call (about
-    a second): its inputs grow with the run."""
-    from training.plots import fit_run, plot_eval, plot_plan, plot_training
-
-    out: dict[str, Any] = {}
-    _chain_metrics(run)
-    drawn = (plot_training(run.run_dir), plot_eval(run.run_dir), plot_plan(run.run_dir))
-    figures = [p for p in drawn if p is not None]
-    if (run.run_dir / "eval.parquet").is_file():
-        try:
-            fit = fit_run(run.run_dir, run.recipe.fit)
-            out["fit"] = fit
-            figures.append(Path(fit["plot"]))
-            run.echo(f"[chain] fit: {fit['advice']['summary']}")
-        except (ValueError, RuntimeError) as exc:  # too few points for a fit: say so, keep the run
-            out["fit"] = {"error": str(exc)}
-            run.echo(f"[chain] fit skipped: {exc}")
-    out["figures"] = [str(p) for p in figures]
-    return out
-
-
-def write_summary(
-    run: Run,
-    state: ChainState | None = None,
-    fit: Mapping[str, Any] | None = None,
-    extra: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """``summary.json``: the run folder, every step, the lineage, decisions, fit, figures (and ``extra``)."""
-    chain = run.chain()
-    summary: dict[str, Any] = {
-        "run_dir": str(run.run_dir),
-        "name": run.recipe.name,
-        "pool": run.recipe.pool,
-        "home": str(run.ws.root),
-        "steps": chain.steps,
-        "lineage": chain.lineage or chain_lineage(run),
-        "decisions": chain.notes.get("decisions", []),
-        "coscale": chain.notes.get("coscale", []),
-        "final_model": state.model if state is not None else None,
-        **dict(fit or {}),
-        **dict(extra or {}),
-    }
-    summary = json.loads(json.dumps(summary, default=str))
-    io.write_json(run.run_dir / SUMMARY, summary)
-    return summary
-
-
 # --------------------------------------------------------------------------------------------------- the chain
 Call = Callable[..., Any]
 
@@ -600,15 +455,6 @@ def run_opened(
         return _run_steps(run, call, curate)
 
 
-def _echo_zero_variance(run: Run, waste: Mapping[str, Any]) -> None:
-    """The run's zero-variance line: ``measure``'s forecast beside what RL met (nothing before any RL group)."""
-    if waste["observed"] is None:
-        return
-    forecast = waste["forecast"]
-    said = f"forecast {forecast['share']:.3f} ± {forecast['stderr']:.3f} (measure), " if forecast else ""
-    run.echo(f"[chain] zero-variance groups: {said}observed {waste['observed']:.3f} over {waste['groups']} RL groups")
-
-
 def _rl_passes(run: Run, step: Call, state: ChainState) -> ChainState:
     """The RL stages in order (the run's pinned curriculum), each evaluated and, with ``decide``, decided on; then
     CoScale iterations while ``decide.coscale_iterations`` allows."""
@@ -617,10 +463,11 @@ def _rl_passes(run: Run, step: Call, state: ChainState) -> ChainState:
     if note := sequential_note(stages):
         run.echo(f"[chain] note: {note}")
     while True:
-        for stage in stages if state.iteration == 0 else coscale_stages(run, state):
+        todo = stages if state.iteration == 0 else coscale_stages(run, state)
+        for stage in todo:
             name = rl_step_name(stage, state.iteration)
             state = step(name, rl_stage, run, state, stage)
-            state = step(f"eval {name}", evaluate_model, run, state)
+            state = step(f"eval {name}", evaluate_model, run, state, stage is todo[-1])
             if recipe.decide is not None and step(f"decide {name}", decide, run, state, name)["action"] == STOP:
                 break
         if recipe.decide is None or state.iteration >= recipe.decide.coscale_iterations:
@@ -686,11 +533,5 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
 
     # 6. fit and figures, 7. summary
     fit = step("fit", fit_and_plot, run, state)
-    gain = gain_over_sft(run)
-    if gain is not None:
-        _echo_gain(run, gain)
-    waste = zero_variance(run)
-    _echo_zero_variance(run, waste)
-    wall = round(time.perf_counter() - t_run, 1)
-    extra = {"wall_s": wall, "timings": timings, "gain_over_sft": gain, "zero_variance": waste}
+    extra = {"wall_s": round(time.perf_counter() - t_run, 1), "timings": timings, **report(run)}
     return step("summary", write_summary, run, state, fit, extra)

@@ -26,6 +26,7 @@ What it guarantees, and why:
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 import time
 from collections.abc import Mapping
@@ -425,3 +426,10 @@ def train_sft(
         io.write_json(out_dir / METRICS, metrics)
     trainer.accelerator.wait_for_everyone()
     return metrics
+
+
+def read_metrics(out_dir: Path) -> dict[str, Any] | None:
+    """An SFT run folder's ``metrics.json`` (``train_sft`` writes it last: steps, rows trained and dropped, the
+    losses, wall time), None before the run finished."""
+    path = Path(out_dir) / METRICS
+    return json.loads(path.read_text()) if path.is_file() else None

@@ -13,7 +13,7 @@ chat template is ChatML (``<|im_start|>role\ncontent<|im_end|>\n``); ``<|im_end|
 Sizes (parameters with the ~590-token vocabulary the default corpus yields; embeddings tied):
 
 - ``tiny``: 2 layers, hidden 64 (about 0.16M): for tests, learns little;
-- ``medium``: 6 layers, hidden 192 (about 3.4M): the built-in chain on a GPU (bench/README.md), ~5x ``small``'s
+- ``medium``: 6 layers, hidden 192 (about 3.4M): the built-in chain on a GPU (bench/HISTORY.md), ~5x ``small``'s
   cost per token;
 - ``small``: 4 layers, hidden 96 (0.61M): the built-in chain's model. Chosen by measurement (issue 13): at equal
   compute it learned level-1 arithmetic better than a 128-wide model (1.06M) or a 2-layer one. ``SMALL_SFT`` below

@@ -116,7 +116,13 @@ def ingest(
     as_json: Json = False,
     force: Force = False,
 ) -> None:
-    """Read sources into a pool: normalize answers, merge exact duplicates, quarantine bad rows with reasons."""
+    """Read sources into a pool: normalize answers, merge exact duplicates, quarantine bad rows with reasons.
+
+    Quarantine reasons: missing_answer, empty_problem, too_long, undecodable, malformed, duplicate_conflict (same
+    problem, answers that differ), contaminated (a train row identical to a test row), unparseable_answer. Gold
+    answers the checker cannot verify stay, flagged unverifiable_answer (selection leaves them out). Compressed
+    inputs (.gz, .bz2, .xz, .zst) are read. Ingest eval sets with --split test so decontamination knows them.
+    """
     from curate import config
     from curate.ingest import stage as ingest_mod
 

@@ -23,7 +23,7 @@ Encoder = Annotated[
         "--encoder",
         "-e",
         help="'default' (= 'minilm', all-MiniLM-L6-v2 offline), 'static-minilm' (distilled from it: 70x+ less CPU, "
-        "not the same decisions, see bench/README.md), a sentence-transformers name, or a path.",
+        "not the same decisions, see bench/HISTORY.md), a sentence-transformers name, or a path.",
     ),
 ]
 Dtype = Annotated[

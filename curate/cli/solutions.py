@@ -87,7 +87,12 @@ def solutions(
     as_json: Json = False,
     force: Force = False,
 ) -> None:
-    """Gather K distinct verified solutions per problem (reference, imported, ledger, teacher) and export SFT data."""
+    """Gather K distinct verified solutions per problem (reference, imported, ledger, teacher) and export SFT data.
+
+    Every solution is re-checked; near-duplicates, wrong answers, answers without reasoning and over-length ones are
+    dropped with a reason (never truncated). Teacher samples go to the ledger, so a killed run resumes. Writes the
+    CoScale pools (unsolvable, solvable, solved, failed) and solutions/NAME/sft.parquet with its card and lineage.
+    """
     from curate import schema as S
     from curate.rollout.backends import HFOptions, OpenAIOptions
     from curate.rollout.vllm_engine import VLLMOptions

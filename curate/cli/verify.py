@@ -159,7 +159,11 @@ def register(app: typer.Typer) -> None:
         item_timeout: Annotated[float, typer.Option(help="Wall-clock bound per check, seconds.")] = 10.0,
         as_json: Json = False,
     ) -> None:
-        """Check (gold, completion) pairs: write each row's verdict beside it and summarize."""
+        """Check (gold, completion) pairs: write each row's verdict beside it and summarize.
+
+        Verdicts: correct, wrong, no_answer, unparseable, timeout, truncated; with --label-col, the agreement with
+        the shipped labels. The same checker as training's reward and curation's pass rates.
+        """
         from curate import io, verify
 
         cfg = verify.VerifyConfig(item_timeout_s=item_timeout, workers=workers)

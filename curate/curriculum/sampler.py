@@ -5,7 +5,7 @@ Pipeline position: after ``curate curriculum`` wrote a plan (or straight on a se
 ``next_batch(k)`` for prompt ids, generates a group of rollouts per prompt, and reports the group's rewards with
 ``update(problem_id, rewards, step)``. ``state_dict()`` is plain JSON (RNG state included), so a resumed run
 continues the same curriculum. The trainer writes every rollout to the ledger itself, with its completion
-(``training.rl.LedgerWriter``). Pure Python + numpy: no torch, no TRL.
+(``training.rl_records.LedgerWriter``). Pure Python + numpy: no torch, no TRL.
 
 Policies (``SamplerConfig.policy``), each with the same optional filters:
 
@@ -210,7 +210,7 @@ class CurriculumSampler:
 
     def update(self, problem_id: str, rewards: Sequence[float], step: int) -> None:
         """Report one prompt's group of rewards at training ``step`` (the trainer writes the ledger rows itself, with
-        the completions: ``training.rl.LedgerWriter``)."""
+        the completions: ``training.rl_records.LedgerWriter``)."""
         if problem_id not in self._pos:
             raise KeyError(f"unknown problem_id {problem_id!r}")
         rewards = [float(r) for r in rewards]

@@ -19,7 +19,6 @@ Example result row: ``{"signal_fraction": 0.93, "wasted_rollouts": 5760, "final_
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -183,13 +182,13 @@ def run_simulation(ws: io.Workspace, curriculum: str, cfg: SimulateConfig, *, pr
     """Simulate every policy of ``cfg`` on curriculum ``curriculum``; writes ``simulation.json`` and
     ``simulation.png`` beside the plan and returns the result."""
     from curate.curriculum.plots import plot_simulation
+    from curate.curriculum.stage import PLAN, read_plan
     from curate.progress import bar
 
     folder = ws.curriculum_dir(curriculum)
-    plan_path = folder / "plan.json"
-    if not plan_path.is_file():
-        raise MissingInput(f"curriculum {curriculum!r} not found at {plan_path}; run `curate curriculum` first")
-    plan = json.loads(plan_path.read_text(encoding="utf-8"))
+    plan = read_plan(folder)
+    if plan is None:
+        raise MissingInput(f"curriculum {curriculum!r} not found at {folder / PLAN}; run `curate curriculum` first")
     shards = [(e, io.read_parquet(folder / e["shard"])) for e in plan["stages"]]
     if "candidates" in plan:  # scalingrl: the policy under test draws its own epochs from all candidates
         entry = {**shards[0][0], "steps": sum(e["steps"] for e, _ in shards)}

@@ -24,10 +24,12 @@ input row is kept in some stage or dropped with a counted reason: rows in = kept
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -58,6 +60,7 @@ from curate.stage_wrapper import StageOutput, StageResult, run_wrapped
 
 
 PLANS = ("fastcurl", "bands", "scalingrl")
+PLAN = "plan.json"  # a curriculum folder's plan: its stages (settings, shard, rows), source, sampler (``read_plan``)
 UNITS = ("chars", "tokens")
 PROMPT_LENGTH = "prompt_length"  # the split's length column: chars or tokens, per the plan's unit
 DIFFICULTY_BAND = "difficulty_band"
@@ -562,9 +565,17 @@ def _plan_folder(
             "sampler": cfg.sampler.to_dict(),
             "stages": entries,
         }
-        io.write_json(folder / "plan.json", plan)
+        io.write_json(folder / PLAN, plan)
         plot_plan(plan, folder / "plan.png", order)
     return StageOutput(summary, rows_in=rows_in, rows_out=len(kept), drops=dict(drops))
+
+
+def read_plan(folder: str | Path) -> dict[str, Any] | None:
+    """A curriculum folder's ``plan.json`` (``_plan_folder`` writes it; a run's pinned copy has the same shape):
+    ``stages`` (each with its settings, ``shard``, ``rows``), ``source`` (pool, selection), ``kept``, ``sampler``.
+    None when the folder has no plan (``curate curriculum`` has not run)."""
+    path = Path(folder) / PLAN
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def reconciles_on_disk(ws: io.Workspace, source: dict, shards: list, drops: dict[str, int]) -> bool:

@@ -22,7 +22,7 @@ text is inside the train problem) needs only the numbers. ``ELLIPSE`` vs ``SUCCE
 counted as ``siblings_ignored``, with examples, for review.
 
 Constants, tuned on DeepScaleR (FastCuRL L1+L3) against MATH-500 and the DeepScaleR test sets by reading every
-candidate (bench/README.md has the counts): n = 8 tokens; n-gram threshold 0.4 (true leaks scored down to 0.48,
+candidate (bench/HISTORY.md has the counts): n = 8 tokens; n-gram threshold 0.4 (true leaks scored down to 0.48,
 and one at 0.35 that the embedding test catches; at n = 5 and 0.3, short items whose small-integer answers
 coincide got through); embedding threshold 0.85 with all-MiniLM-L6-v2 (0.85-0.89 holds reworded olympiad
 problems, all true leaks; at 0.80 a different functional equation with the same answer got in). All pairs above

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -187,3 +188,48 @@ def test_killing_the_chain_leaves_no_step_running(tmp_path, sig):
         if with_child.is_file():
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(with_child.read_text()), signal.SIGKILL)
+
+
+PROGRESS = """
+import sys, time
+from pathlib import Path
+spec = Path(sys.argv[-1])
+for step in (1, 2, 3):
+    print(f"rl step {step}/10: reward=0.5", flush=True)
+    time.sleep(0.3)
+(spec.parent / "printed").write_text("1")
+while not (spec.parent / "go").exists():
+    time.sleep(0.05)
+spec.with_name("step_result.json").write_text('{"ok": true}')
+"""
+
+
+def test_show_of_a_running_step_says_step_n_of_m_and_the_time_left(tmp_path):
+    """Issue 38.9: the step's output reached ``step.log`` through an unflushed buffer (SFT showed step 760 while
+    the step was at 940) and ``training show`` gave no time left. Each line is in the log as it arrives, and the
+    run's status file holds the step, the total and the time left."""
+    import threading
+
+    from curate.progress import status_file
+    from training.chain import RUNNING, running_line
+
+    script = tmp_path / "step.py"
+    script.write_text(PROGRESS)
+    out = tmp_path / "rl" / "01-stage1"
+    done = {}
+    with status_file(tmp_path / RUNNING, step="rl:stage1"):
+        spec, launch = {"kind": "rl", "out": str(out)}, [sys.executable, str(script)]
+        step = threading.Thread(target=lambda: done.update(run_step(spec, launch=launch)))
+        step.start()
+        try:
+            wait_for(out / "printed")
+            deadline = time.monotonic() + 10
+            while "training step 3 of" not in (running_line(tmp_path) or "") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert "rl step 3/10" in (out / "step.log").read_text()  # while the step still runs
+            line = running_line(tmp_path)
+            assert re.search(r"rl:stage1 for \d+ s; training step 3 of 10, ~\d+ s left \(step\.log: ", line), line
+        finally:
+            (out / "go").write_text("1")
+            step.join(timeout=30)
+    assert done == {"ok": True}

@@ -91,8 +91,8 @@ def test_sft_prints_one_compact_line_per_logging_step_and_no_log_dicts(tmp_path,
 def test_the_chain_prints_the_fit_as_one_readable_line(tmp_path):
     from curate import io
     from training.chain import Run
+    from training.outcome import fit_and_plot
     from training.recipe import load_recipe
-    from training.runner import fit_and_plot
 
     run_dir = write_demo_run(tmp_path / "ws")
     echoed: list[str] = []

@@ -243,6 +243,62 @@ def test_chain_control_flow_stops_a_pass_and_runs_coscale_iterations_up_to_the_b
     assert summary["final_model"] == "it2:rl:stage1/final"
 
 
+def test_the_chain_reads_its_plan_once_per_pass_and_tells_the_evaluation_which_stage_is_last(tmp_path, monkeypatch):
+    """Issue 39: ``evaluate_model`` re-read and re-validated the plan after every RL stage only to learn whether the
+    stage was the last (5 reads in the demo's run). ``_rl_passes`` knows: it passes it down."""
+    import training.chain
+    from curate import io
+    from curate import schema as S
+    from training.chain import ChainState
+    from training.recipe import RunRecipe
+    from training.runner import run_chain
+
+    ws = tmp_path / "ws"
+    problems = pl.DataFrame({S.PROBLEM_ID: ["a", "b"], S.PROBLEM: ["1+1", "2+2"], S.ANSWER: ["2", "4"],
+                             S.SPLIT: ["train", "test"]})  # fmt: skip
+    io.write_parquet(problems, ws / "pools" / "t" / "problems.parquet")
+    plan = {"stages": [{"stage": f"stage{i}", "shard": f"stage{i}.parquet", "rows": 1} for i in (1, 2, 3)]}
+    io.write_json(ws / "curricula" / "c" / "plan.json", plan)
+    reads = []
+    plan_stages = training.chain.plan_stages
+    monkeypatch.setattr(training.chain, "plan_stages", lambda *a: reads.append(1) or plan_stages(*a))
+    evaluated = []
+
+    def stand_in(name, fn, *args):
+        if fn.__name__ == "init_model":
+            return ChainState(model="init", initial="init")
+        if fn.__name__ == "evaluate_model":
+            evaluated.append((name, *args[2:]))
+        if fn.__name__ in ("fit_and_plot", "write_summary"):
+            return {}
+        return args[1] if len(args) > 1 else None
+
+    run_chain(RunRecipe(name="r", pool="t", curriculum="c", rl=RLConfig()), home=ws, echo=lambda s: None,
+              call=stand_in)  # fmt: skip
+    assert evaluated == [("eval init",), ("eval rl:stage1", False), ("eval rl:stage2", False),
+                         ("eval rl:stage3", True)]  # fmt: skip
+    assert len(reads) == 2  # checked before any model work, then read for the pass
+
+
+def test_a_rerun_reports_every_evaluated_step_as_done(tmp_path):
+    """Issue 38.11: a finished run's rerun printed the comparison lines but not the per-step held-out lines; every
+    step reports its recorded line instead, marked done, and nothing is evaluated again."""
+    from curate import io
+    from training.chain import ChainState, Run
+    from training.recipe import RunRecipe
+    from training.runner import evaluate_model
+
+    echoed: list[str] = []
+    run = Run(RunRecipe(name="r", pool="t", train="x.parquet", rl=RLConfig()), io.Workspace(tmp_path), tmp_path,
+              echoed.append)  # fmt: skip
+    run.chain().put({"step": "sft", "model": str(tmp_path / "sft" / "final"), "wall_s": 359.4, "pass_at_1": 0.631,
+                     "stderr": 0.027, "n_problems": 300, "k": 4})  # fmt: skip
+    pending = {"step": "sft", "model": str(tmp_path / "sft" / "final"), "wall_s": 0.1}
+    state = evaluate_model(run, ChainState(model="m", initial="i", pending=pending))
+    assert state.pending is None  # no model was loaded: the held-out problems do not even exist here
+    assert echoed == ["[chain] sft                      held-out pass@1 = 0.631 ± 0.027 (n=300, k=4)  [359 s] (done)"]
+
+
 @pytest.mark.slow
 def test_coscale_iteration_remeasures_adds_sft_on_unsolvable_and_trains_rl_on_solvable(tmp_path):
     """A real CoScale iteration on the tiny model: curate rollout of the trained model, curate solutions with it as

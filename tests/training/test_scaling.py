@@ -177,7 +177,7 @@ def test_plots_from_a_run_folder_tolerate_missing_columns(tmp_path):
     pl.DataFrame({"step": C.astype(int), "compute": C, "pass_at_1": R, "stderr": [0.01] * len(C)}).write_parquet(
         run / "eval.parquet"
     )
-    fit = fit_run(run, FitConfig(skip_frac=0.1))  # what ``training run`` draws (``runner.fit_and_plot``)
+    fit = fit_run(run, FitConfig(skip_frac=0.1))  # what ``training run`` draws (``outcome.fit_and_plot``)
     written = [plot_training(run), plot_eval(run), Path(fit["plot"])]
     assert [p.name for p in written] == ["training.png", "eval.png", "fit.png"]
     assert all(p.stat().st_size > 5_000 for p in written)

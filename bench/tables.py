@@ -1,0 +1,187 @@
+"""The measured tables of README.md and bench/README.md, rendered from the benchmarks' JSON, so that a figure in the
+docs is always one the code printed.
+
+A table sits between two marker comments in a Markdown file::
+
+    <!-- table: methods -->
+    ... (written by this script: do not edit by hand)
+    <!-- /table: methods -->
+
+and is rendered from a JSON file the benchmark wrote into ``bench/json/``:
+
+=====================  ==================================  ==============================================
+table                  JSON                                written by
+=====================  ==================================  ==============================================
+``curation``           ``bench/json/curation.json``        ``bench_curation.py --json`` (every comparison)
+``curation-headline``  ``bench/json/curation-quote.json``  ``bench_curation.py --quote`` (the demo quotes it)
+``methods``            ``bench/json/methods.json``         ``bench_methods.py --json`` (every arm)
+``methods-headline``   ``bench/json/methods.json``
+=====================  ==================================  ==============================================
+
+A table whose JSON is not there yet says so, with the command that writes it. Figures measured before the JSON was
+kept are in ``bench/HISTORY.md``, with the date and commit they were measured at.
+
+    python bench/tables.py            # rewrite every table block in README.md and bench/README.md
+    python bench/tables.py --check    # exit 1, naming the blocks that differ (tests/bench/test_tables.py runs it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+
+ROOT = Path(__file__).resolve().parents[1]
+JSON = ROOT / "bench" / "json"
+DOCS = (ROOT / "README.md", ROOT / "bench" / "README.md")
+BLOCK = re.compile(r"(<!-- table: ([\w-]+) -->\n)(.*?)(<!-- /table: \2 -->)", re.DOTALL)
+SEEDS = "--seeds 0 1 2 3 4"
+
+
+def _pm(g: Mapping[str, Any] | None, seeds: bool = True) -> str:
+    """``+0.039 ± 0.007 (seeds ± 0.039)``: a pooled paired difference, its two errors (``bench_curation.pooled``)."""
+    if not g:
+        return "-"
+    spread = f" (seeds ± {g['seed_stderr']:.3f})" if seeds and g.get("seed_stderr") is not None else ""
+    return f"{g['gain']:+.3f} ± {g['stderr']:.3f}{spread}"
+
+
+def _per_seed(per_seed: Mapping[str, Any]) -> str:
+    return ", ".join(f"{g['gain']:+.3f}" for g in per_seed.values() if g)
+
+
+def _measured(data: Mapping[str, Any]) -> str:
+    m = data.get("measured") or {}
+    at = f" at commit {m['commit']}" if m.get("commit") else ""
+    load = f", load {m['load']}" if m.get("load") is not None else ""
+    return f"Measured {m.get('date', '?')}{at}{load}: `{m.get('command', '?')}`."
+
+
+def curation(data: Mapping[str, Any]) -> list[str]:
+    """Every paired comparison of ``bench_curation.py``: pooled at T = 0.6 and 1.0, per seed at T = 0.6."""
+    low, high = data["comparisons@T=0.6"], data.get("comparisons@T=1.0") or {}
+    how = (
+        f"Held-out pass@1 on the {data['test']} test problems; each difference paired on the same problems per "
+        "seed, pooled over the seeds (paired SE; the seed-to-seed SE beside it)."
+    )
+    lines = [_measured(data), "", how, "", "| comparison | T = 0.6, pooled | T = 1.0, pooled | per seed, T = 0.6 |",
+             "|---|---:|---:|---|"]  # fmt: skip
+    for name, c in low.items():
+        other = (high.get(name) or {}).get("pooled")
+        lines.append(f"| {name} | {_pm(c['pooled'])} | {_pm(other) if other else 'not evaluated'} | "
+                     f"{_per_seed(c['per_seed'])} |")  # fmt: skip
+    return lines
+
+
+def curation_headline(quote: Mapping[str, Any]) -> list[str]:
+    """One line for README.md from the demo's quote of ``bench_curation.py`` (``--quote``)."""
+    parts = "; ".join(f"{name} {_pm(g)}" for name, g in quote["pooled"].items())
+    seeds = len(next(iter(quote["per_seed"].values())))
+    return [f"**What curation and RL buy** (`{quote['command']}`, {quote['date']}, {seeds} seeds, {quote['test']} "
+            f"held-out problems x 4, T = 0.6, paired): {parts}. Every comparison: "
+            "[bench/README.md](bench/README.md#bench_curationpy)."]  # fmt: skip
+
+
+def methods(data: Mapping[str, Any]) -> list[str]:
+    """Every leave-one-out arm of ``bench_methods.py`` against the curated arm, and ScaleRL's fit."""
+    kept = [f["kept_group_frac"] for f in data.get("curated") or []]
+    ref = f" (the curated arm's own: {sum(kept) / len(kept):.2f})" if kept else ""
+    how = (
+        "Each arm minus the curated arm, held-out pass@1 at T = 0.6, paired, pooled over the seeds; kept groups: "
+        f"the share of RL groups that were not all-equal{ref}."
+    )
+    head = "| method or stage | arm (what replaces it) | end | early | per seed, end | kept groups |"
+    lines = [_measured(data), "", how, "", head, "|---|---|---:|---:|---|---:|"]
+    for arm, r in data["arms"].items():
+        figs = [f for f in r["per_seed"].values() if f.get("kept_group_frac") is not None]
+        kept_arm = f"{sum(f['kept_group_frac'] for f in figs) / len(figs):.2f}" if figs else ""
+        what = r.get("what", arm)
+        lines.append(
+            f"| {r['claim']} | {what} (`{arm}`) | {_pm(r['end']['pooled'])} | "
+            f"{_pm(r['early']['pooled'], seeds=False)} | {_per_seed(r['end']['per_seed'])} | {kept_arm} |"
+        )
+        for part in ("leaked", "clean"):
+            if part in r:
+                lines.append(f"| | the same run, the {part} test problems only | {_pm(r[part]['pooled'])} | | "
+                             f"{_per_seed(r[part]['per_seed'])} | |")  # fmt: skip
+    fits = [f for f in data.get("fit") or [] if "prediction" in f]
+    if fits:
+        errors = ", ".join(f"{f['error']:+.3f}" for f in fits)
+        flat = ", ".join(f"{f['flat_error']:+.3f}" for f in fits)
+        lines.append(f"| ScaleRL's fit | fitted on the first half of the curated curve | error against the end: "
+                     f"{errors} | | \"no further gain\": {flat} | |")  # fmt: skip
+    return lines
+
+
+def methods_headline(data: Mapping[str, Any]) -> list[str]:
+    """One line for README.md: each arm's end difference against the curated arm."""
+    arms = data["arms"].items()
+    parts = "; ".join(f"{r['claim']} (`{arm}`) {_pm(r['end']['pooled'], seeds=False)}" for arm, r in arms)
+    m = data.get("measured") or {}
+    return [f"**What each method buys** (`{m.get('command', 'bench_methods.py')}`, {m.get('date', '?')}; each part "
+            f"left out, end minus the curated arm, paired): {parts}. Every arm: "
+            "[bench/README.md](bench/README.md#bench_methodspy)."]  # fmt: skip
+
+
+# name -> (JSON file in bench/json/, renderer, the command that writes the JSON)
+TABLES: dict[str, tuple[str, Callable[[Any], list[str]], str]] = {
+    "curation": ("curation.json", curation, f"python bench/bench_curation.py {SEEDS} --json bench/json/curation.json"),
+    "curation-headline": ("curation-quote.json", curation_headline,
+                          f"python bench/bench_curation.py {SEEDS} --quote bench/json/curation-quote.json"),
+    "methods": ("methods.json", methods, "python bench/bench_methods.py --seeds 0 1 2 --json bench/json/methods.json"),
+    "methods-headline": ("methods.json", methods_headline,
+                         "python bench/bench_methods.py --seeds 0 1 2 --json bench/json/methods.json"),
+}  # fmt: skip
+
+
+def render(name: str, folder: Path = JSON) -> str:
+    """The Markdown of table ``name`` (its lines, each ending in a newline)."""
+    if name not in TABLES:
+        raise SystemExit(f"unknown table {name!r}; known: {', '.join(TABLES)}")
+    file, renderer, command = TABLES[name]
+    path = folder / file
+    if not path.is_file():
+        lines = [f"_Not measured on the current default yet: `{command}`, then `python bench/tables.py`. The figures "
+                 "measured before are in [bench/HISTORY.md](bench/HISTORY.md)._"]  # fmt: skip
+    else:
+        lines = renderer(json.loads(path.read_text()))
+    return "".join(f"{line}\n" for line in lines)
+
+
+def update(text: str, folder: Path = JSON, in_bench: bool = False) -> str:
+    """``text`` with every table block rendered afresh; ``in_bench``: the file is in bench/ (its links are relative
+    to it)."""
+
+    def block(m: re.Match) -> str:
+        body = render(m.group(2), folder)
+        return m.group(1) + (body.replace("](bench/", "](") if in_bench else body) + m.group(4)
+
+    return BLOCK.sub(block, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is not what its JSON says")
+    args = ap.parse_args(argv)
+    stale = []
+    for doc in DOCS:
+        text = doc.read_text()
+        new = update(text, in_bench=doc.parent.name == "bench")
+        if new != text:
+            stale.append(str(doc.relative_to(ROOT)))
+            if not args.check:
+                doc.write_text(new)
+    if args.check and stale:
+        print(f"tables out of date in {', '.join(stale)}: run python bench/tables.py", file=sys.stderr)
+        return 1
+    print(("rewrote " + ", ".join(stale)) if stale and not args.check else "every table is up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

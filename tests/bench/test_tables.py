@@ -1,0 +1,48 @@
+"""``bench/tables.py`` (issue 39.3): the measured tables of README.md and bench/README.md are rendered from the JSON
+the benchmarks wrote, so a figure in the docs cannot drift from what the code printed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench(name: str):
+    """``bench/<name>.py`` as a module (``bench/`` is a folder of scripts, not a package)."""
+    sys.path.insert(0, str(ROOT / "bench"))  # bench_methods imports bench_curation
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_table_in_the_docs_is_what_its_json_says():
+    assert _bench("tables").main(["--check"]) == 0
+
+
+def test_a_table_is_rendered_from_a_benchmarks_report_and_a_hand_edit_is_undone(tmp_path):
+    tables, curation = _bench("tables"), _bench("bench_curation")
+
+    def gain(x: float) -> dict:
+        return {"gain": x, "stderr": 0.01, "z": x / 0.01, "n_problems": 300, "after_rate": 0.6, "before_rate": 0.6 - x}
+
+    per_seed = {0: gain(0.1), 1: gain(0.2)}
+    comps = {name: {"per_seed": per_seed, "pooled": curation.pooled(list(per_seed.values()))}
+             for name, *_ in curation.COMPARISONS}  # fmt: skip
+    report = {"measured": curation.measured_at(["bench/bench_curation.py", "--seeds", "0", "1"]), "test": 300,
+              "comparisons@T=0.6": comps, "comparisons@T=1.0": {}}  # fmt: skip
+    (tmp_path / "curation.json").write_text(json.dumps(report))  # as --json writes it (seeds become strings)
+    doc = "intro\n<!-- table: curation -->\nhand-edited: +0.999\n<!-- /table: curation -->\nafter\n"
+    out = tables.update(doc, folder=tmp_path)
+    assert "+0.999" not in out and out.startswith("intro\n<!-- table: curation -->\n") and out.endswith("after\n")
+    row = "| curated - raw, equal RL steps | +0.150 ± 0.007 (seeds ± 0.050) | not evaluated | +0.100, +0.200 |"
+    assert row in out.splitlines()
+    assert "`python bench/bench_curation.py --seeds 0 1`" in out
+    assert tables.update(out, folder=tmp_path) == out  # rendering is idempotent
+    missing = tables.update(doc.replace("curation", "methods"), folder=tmp_path)
+    assert "Not measured on the current default yet: `python bench/bench_methods.py" in missing
