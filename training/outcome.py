@@ -142,7 +142,9 @@ def zero_variance(run: Run) -> dict[str, Any]:
     import polars as pl
 
     note = run.chain().note("measure", "sft") or {}
-    forecast = ((note.get("select") or {}).get("zero_variance_forecast") or {}).get("selection")
+    forecast = run.chain().note("forecast", "sft")  # from fresh samples of the selection (``runner.forecast_waste``)
+    if not (forecast and forecast.get("share") is not None):  # a run measured before it existed: the selection's own
+        forecast = ((note.get("select") or {}).get("zero_variance_forecast") or {}).get("selection")
     kept = groups = 0.0
     for rec in run.chain().steps:
         path = Path(rec.get("stage_dir", "")) / "metrics.parquet"
@@ -166,7 +168,8 @@ def report(run: Run) -> dict[str, Any]:
     waste = zero_variance(run)
     if waste["observed"] is not None:  # nothing before any RL group
         forecast = waste["forecast"]
-        said = f"forecast {forecast['share']:.3f} ± {forecast['stderr']:.3f} (measure), " if forecast else ""
+        where = "fresh samples" if forecast and "fresh_prompts" in forecast else "measure"
+        said = f"forecast {forecast['share']:.3f} ± {forecast['stderr']:.3f} ({where}), " if forecast else ""
         run.echo(f"[chain] zero-variance groups: {said}observed {waste['observed']:.3f} over {waste['groups']} "
                  "RL groups")  # fmt: skip
     return {"gain_over_sft": gain, "zero_variance": waste}

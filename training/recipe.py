@@ -161,17 +161,23 @@ class MeasureSection:
     Without ``sft`` it measures the starting model (one SFT'd elsewhere, or another run's ``sft/final``).
     So DES ranks by the SFT model's real difficulty, the curriculum's bands are that model's, and RL trains on
     problems at its edge of competence. Each mapping is checked against curate's stage config when the recipe
-    loads.
+    loads. Before any of it runs RL, the chain prints the headroom report of the rollouts (``curate.score.headroom``,
+    per ``eval.by`` band) and keeps it in ``<run>/headroom/``; then ``fresh`` more samples of each selected prompt
+    (None: ``rl.num_generations``; 0: none) forecast the share of zero-variance groups RL will meet from rollouts
+    that did not choose the prompts.
     """
 
     rollout: dict[str, Any] = field(default_factory=dict)
     score: dict[str, Any] = field(default_factory=dict)
     select: dict[str, Any] = field(default_factory=dict)
     curriculum: dict[str, Any] = field(default_factory=dict)
+    fresh: int | None = None
 
     def __post_init__(self) -> None:
         if "model" in self.rollout or "model" in dict(self.score.get("evidence") or {}):
             raise ConfigError("measure.rollout.model / measure.score.evidence.model are set by the chain (SFT model)")
+        if self.fresh is not None and self.fresh < 0:
+            raise ConfigError("measure.fresh must be >= 0 (fresh samples per selected prompt; 0: no forecast)")
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,9 @@ def suspects(prompts: pl.DataFrame, reference_ok: pl.DataFrame | None = None) ->
     ``prompt_counts``; ``reference_ok``: (problem_id, reference_ok) from ``reference_verdicts`` (True: the
     reference solution agrees with the gold; null: no reference solution)."""
     consensus = prompts.filter(
-        (pl.col(S.N_CORRECT) == 0) & (pl.col("other_count") >= 2) & (4 * pl.col("other_count") >= 3 * pl.col(S.N_SAMPLES))
+        (pl.col(S.N_CORRECT) == 0)
+        & (pl.col("other_count") >= 2)
+        & (4 * pl.col("other_count") >= 3 * pl.col(S.N_SAMPLES))
     ).select(
         S.PROBLEM_ID,
         pl.lit("gold_consensus").alias("reason"),
@@ -315,7 +317,7 @@ def pool_report(
         raise InputError(f"the ledger of {model!r} on pool {pool!r} is empty")
     measured = problems.join(samples.select(S.PROBLEM_ID).unique(), on=S.PROBLEM_ID, how="semi")
     cfg = verify_config or verify.VerifyConfig()
-    reference_ok = reference_verdicts(measured, lambda texts, golds: verify.check_batch(texts, golds, config=cfg))
+    reference_ok = reference_verdicts(measured, lambda texts, golds: verify.check_batch(texts, golds, cfg))
     try:
         out = report(samples, problems, n=n, k=k, by=by, reference_ok=reference_ok)
     except ValueError as exc:

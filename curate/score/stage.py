@@ -515,7 +515,7 @@ def score_pool(
         if ledger is not None and ledger.height:
             evidence, evidence_from = ledger_evidence(ledger, cfg.evidence), "ledger"
             if cfg.suspects:
-                check = functools.partial(verify.check_batch, config=verify_config or verify.VerifyConfig())
+                check = functools.partial(verify.check_batch, cfg=verify_config or verify.VerifyConfig())
                 found = suspect_golds(ledger, train, cfg.evidence, check)
                 evidence = evidence.join(found, on=S.PROBLEM_ID, how="left", maintain_order="left")
         elif stats_path.is_file():

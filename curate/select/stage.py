@@ -7,9 +7,9 @@ scores file joined by problem text (LIMR's ``scores.json``); writes ``selections
 1. Filters, in this order, each row dropped once with the first reason that applies: split_test (evaluation
    sets are never selected), other_source (not one of ``sources``, when given), contaminated, duplicate
    (``duplicate_of`` another problem), unverifiable_answer, gold_consensus and gold_vs_reference (the gold answer
-   is suspect: ``suspect_gold`` of ``curate score``, ``curate.score.headroom``), too_long, zero_variance (all-equal rewards with enough evidence; ScaleRL),
-   solved (pass rate >= 0.9 with evidence; ScaleRL's No-Positive-Resampling), missing_score (no value in the
-   ``--by`` column), below_min, above_max.
+   is suspect: ``suspect_gold`` of ``curate score``, ``curate.score.headroom``), too_long, zero_variance
+   (all-equal rewards with enough evidence; ScaleRL), solved (pass rate >= 0.9 with evidence; ScaleRL's
+   No-Positive-Resampling), missing_score (no value in the ``--by`` column), below_min, above_max.
 2. Diversity: a quota per cluster proportional to its eligible size (largest-remainder rounding).
 3. Within a cluster, a sample without replacement with P(x) ∝ exp(score(x) / T) (ScalingRL's temperature-controlled
    distribution, METHODS.md §1.2), drawn as Gumbel-top-k: key = score / T + Gumbel noise hashed from
@@ -210,7 +210,7 @@ def select_frame(candidates: pl.DataFrame, cfg: SelectConfig) -> tuple[pl.DataFr
     report).
 
     ``candidates`` needs problem_id, split, contaminated, duplicate_of, prompt_chars, zero_variance, solved,
-    cluster and the ``by`` column (see ``build_candidates``). The selection keeps every candidate column plus
+    cluster and the ``by`` column (see ``build_candidates``; ``suspect_gold`` is read when present). The selection keeps every candidate column plus
     ``select_score`` and ``rank`` (1 = highest sampling key).
     """
     column, sign = by_column(cfg.by)
@@ -221,6 +221,8 @@ def select_frame(candidates: pl.DataFrame, cfg: SelectConfig) -> tuple[pl.DataFr
         raise ConfigError(f"--by {column!r} is not a column of the candidates; numeric columns: {numeric}")
     if UNVERIFIABLE not in candidates.columns:
         candidates = candidates.with_columns(unverifiable_expr())
+    if S.SUSPECT_GOLD not in candidates.columns:  # a candidates frame of scores without suspects
+        candidates = candidates.with_columns(pl.lit(None, pl.String).alias(S.SUSPECT_GOLD))
     frame = (
         candidates.sort(S.PROBLEM_ID)
         .with_columns(pl.col(column).cast(pl.Float64).fill_nan(None).alias(S.SELECT_SCORE))
