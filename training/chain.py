@@ -469,6 +469,17 @@ def _copy(source: Path, target: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------------- lineage
+def solution_set_tables(recipe: RunRecipe, ws: io.Workspace) -> tuple[Path, Path, Path] | None:
+    """The tables of the solution set the curate recipe writes (``curate.solutions.stage.set_tables``: each set has
+    its own, so the raw recipe's never stand in for the curated one's), when that set was written."""
+    if recipe.curate is None or "solutions" not in recipe.curate.stages:
+        return None
+    from curate.solutions import stage as solutions_stage
+
+    tables = solutions_stage.set_tables(ws, recipe.pool, solutions_stage.load_config(recipe.curate))
+    return tables if tables[2].is_file() else None
+
+
 def chain_lineage(run: Run, iteration: int = 0) -> dict[str, Any]:
     """What every model of the run came from: pool, selection, curriculum (or train file), solutions table,
     the resolved recipe and the run folder (the model card adds the code version). In CoScale iteration N the
@@ -484,10 +495,13 @@ def chain_lineage(run: Run, iteration: int = 0) -> dict[str, Any]:
         out["curriculum"] = str(folder)
     else:
         out["train"] = str(run.pinned("train") or resolve_path(ws, str(recipe.train)))
+    tables = solution_set_tables(recipe, ws)
     if recipe.sft is not None:
         out["solutions"] = str(run.pinned("sft") or resolve_path(ws, recipe.sft.data))
-    elif ws.table(recipe.pool, "solutions").is_file():
-        out["solutions"] = str(ws.table(recipe.pool, "solutions"))
+    elif tables is not None:
+        out["solutions"] = str(tables[0])
+    if tables is not None:
+        out["solution_pools"] = str(tables[2])
     note = run.chain().note("coscale", f"it{iteration}:solutions") if iteration else None
     if note is not None:
         from curate.solutions import export as solutions_export
