@@ -135,7 +135,9 @@ class DecideSection:
     rollout: ``curate rollout`` settings for re-measuring (``model`` is set to the current model; ``backend``
     defaults to ``hf``). solutions: ``curate solutions`` settings over the curate recipe's section (``student``
     and ``name`` are set per iteration; ``selection`` defaults to the curriculum's). Both are checked against
-    curate's own stage configs when the recipe loads (``RunRecipe.__post_init__``).
+    curate's own stage configs when the recipe loads (``RunRecipe.__post_init__``). The stop rule fits the eval
+    curve, so ``decide`` needs ``eval.split: validation``: with the test split it fails at load (never choose on
+    the split the figures are reported on).
     """
 
     stop_margin: float = 0.02
@@ -231,6 +233,11 @@ class RunRecipe:
             raise ConfigError("recipe: `measure` needs `curriculum` (the one it builds) and `curate_recipe`")
         if bool(self.curate_recipe) != (self.curate is not None):
             raise ConfigError("recipe: `curate_recipe` is loaded by training.recipe.load_recipe (give the file)")
+        if self.decide is not None and self.eval.split == "test":  # issue 38.3: never choose on the test split
+            raise ConfigError(
+                "recipe: `decide` chooses on the eval curve, and eval.split is test: set eval.split: validation "
+                "(report on test with `training eval --split test`)"
+            )
         stage_rl(self.rl, self.run_settings(), where="rl")  # the run's own settings on every stage, now
         for name, section in self.stages.items():
             stage_rl(self.rl, section, self.run_settings(), where=f"stages.{name}")  # every stage's keys and values
