@@ -442,7 +442,7 @@ def pin_data(run: Run, parts: tuple[str, ...] = ("sft", "curriculum", "train")) 
         source = resolve_path(ws, recipe.sft.data)
         if not source.is_file():
             raise InputError(f"sft.data {source} not found: run the curation (`curate solutions`) first")
-        _copy(source, data / PINNED["sft"])
+        _copy(check_sft_data(source, "sft.data"), data / PINNED["sft"])
     record = data / PINNED_RECORD
     if not record.is_file() or set(json.loads(record.read_text())["sha256"]) != _copies(data):
         hashes = {name: file_hash(data / name) for name in sorted(_copies(data))}
@@ -460,6 +460,32 @@ def measured_name(run: Run) -> str:
 
 def _copies(data: Path) -> set[str]:
     return {str(p.relative_to(data)) for p in data.rglob("*") if p.is_file() and p.name != PINNED_RECORD}
+
+
+def check_sft_data(path: Path, what: str = "SFT data") -> Path:
+    """``path`` if the SFT trainer (``training.sft``) can train on it: a Parquet file with ``prompt`` and
+    ``completion`` columns (conversational rows, as ``curate solutions`` writes them) and at least one row. Reads
+    the file's footer only, so a run finds bad data when it pins it (before the starting model is built), not
+    minutes later inside the SFT step (issue 38.6). One ``InputError`` line otherwise."""
+    import polars as pl
+
+    if not path.is_file():
+        raise InputError(f"{what} {path} not found")
+    try:
+        columns = list(pl.read_parquet_schema(path))
+        rows = pl.scan_parquet(path).select(pl.len()).collect().item()
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"{what} {path} is not a Parquet file ({first})") from None
+    missing = [c for c in ("prompt", "completion") if c not in columns]
+    if missing:
+        raise InputError(
+            f"{what} {path} has no {' and no '.join(missing)} column (it has {columns}): SFT trains on "
+            "conversational prompt/completion rows, as `curate solutions` writes them"
+        )
+    if rows == 0:
+        raise InputError(f"{what} {path} has no rows")
+    return path
 
 
 def _copy(source: Path, target: Path) -> None:

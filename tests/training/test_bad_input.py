@@ -175,6 +175,33 @@ def test_every_verb_fails_through_run_app_alone(tmp_path, capsys):
         assert message in _one_line(capsys), args
 
 
+def test_bad_sft_data_is_one_line_before_the_model_is_built(tmp_path, capsys):
+    """Issue 38.6: SFT data with 0 rows, without prompt/completion, or not Parquet was found 4-5 minutes in, inside
+    the SFT step (its traceback echoed). `training run` now checks it when it pins it, before the starting model is
+    built or evaluated; `training sft` before it loads the model. One line, exit 2."""
+    from curate import io
+    from tests.tiny_model import problems_frame
+
+    home = tmp_path / "ws"
+    pool = problems_frame([("Compute 1 + 1.", "2")], split="test")
+    io.write_parquet(pool, home / "pools" / "p" / "problems.parquet")
+    row = {"prompt": [[{"role": "user", "content": "1+1"}]], "completion": [[{"role": "assistant", "content": "2"}]]}
+    bad = {"empty.parquet": "has no rows", "columns.parquet": "has no prompt and no completion column",
+           "text.parquet": "is not a Parquet file"}  # fmt: skip
+    pl.DataFrame(row).head(0).write_parquet(tmp_path / "empty.parquet")
+    pl.DataFrame({"question": ["1+1"], "answer": ["2"]}).write_parquet(tmp_path / "columns.parquet")
+    (tmp_path / "text.parquet").write_text('{"prompt": "1+1", "completion": "2"}\n')
+    for name, message in bad.items():
+        data = tmp_path / name
+        recipe = tmp_path / f"{name}.yaml"
+        recipe.write_text(yaml.safe_dump({"name": name, "pool": "p", "model": "tiny", "sft": {"data": str(data)}}))
+        assert main(["run", "--recipe", str(recipe), "--home", str(home)]) == 2
+        assert f"sft.data {data} {message}" in _one_line(capsys)
+        assert not (home / "runs" / name / "init").exists()  # no model was built
+        assert main(["sft", "--data", str(data), "--out", str(tmp_path / "o"), "--model", "nothere/x"]) == 2
+        assert f"SFT data {data} {message}" in _one_line(capsys)
+
+
 def test_training_run_recipe_errors_before_any_work(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: r\npool: p\nrl: {learning_rate: 1e-4\n")  # unclosed mapping
