@@ -304,7 +304,8 @@ def run_step(spec: Mapping[str, Any], launch: list[str] | None = None) -> dict[s
     prints one line and exits 130 (a step that died of SIGINT anyway counts as interrupted, not as failed).
     Temp files a killed step left in ``<out>`` (``.step_result.json.<hex>.tmp``) are removed first: the run
     folder's lock (``run_lock``) makes this the only writer there. Raises ``StepFailed`` (one line: the step, its
-    exit code or signal, its log) when it fails.
+    exit code or signal, its error: a traceback's last line, the traceback staying in the log, ``StepEcho``; its
+    log) when it fails.
     """
     out = Path(spec["out"])
     spec_path = out / "step_spec.json"
@@ -322,21 +323,70 @@ def run_step(spec: Mapping[str, Any], launch: list[str] | None = None) -> dict[s
         )  # fmt: skip
         set_status(log=str(log))  # ``training show`` reads the step's progress lines there
         decode = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        echo = StepEcho()
         try:
             for chunk in iter(lambda: proc.stdout.read1(65536), b""):
                 sink.write(chunk)
-                sys.stderr.write(decode.decode(chunk))
-                sys.stderr.flush()
+                echo.feed(decode.decode(chunk))
         finally:
             if proc.poll() is None:  # we are being interrupted: the step goes too
                 proc.terminate()
             rc = proc.wait()
+            echo.feed(decode.decode(b"", final=True), final=True)
     if rc in (-signal.SIGINT, 128 + signal.SIGINT):  # Ctrl-C reached the step first: the user's interrupt
         raise KeyboardInterrupt
     if rc != 0 or not result_path.is_file():
         how = f"was killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with code {rc}"
-        raise StepFailed(f"training step {spec['kind']} ({out}) {how}; its log: {log}")
+        why = f" ({echo.error})" if echo.error else ""
+        raise StepFailed(f"training step {spec['kind']} ({out}) {how}{why}; its log: {log}")
+    if echo.error:
+        print(f"note: training step {spec['kind']} printed a traceback and went on ({echo.error}); its log: {log}",
+              file=sys.stderr, flush=True)  # fmt: skip
     return json.loads(result_path.read_text())
+
+
+class StepEcho:
+    """A step's output on the parent's stderr, line by line, without its tracebacks (issue 38.7: a full disk during
+    a step echoed its two tracebacks, 38-44 lines, above the one line that says what happened). ``run_step`` writes
+    every byte to ``step.log`` first, so a traceback stays there; ``error`` keeps its last line (the exception, as
+    ``OSError: [Errno 28] No space left on device``) for that one line. A traceback runs from ``Traceback (most
+    recent call last):`` through its indented frames, the exception line and any indented continuation; chained
+    ones (``During handling of the above exception ...``) belong to it. Progress bars' ``\\r`` ends a line too."""
+
+    _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+    def __init__(self) -> None:
+        self.pending = ""
+        self.state = "echo"  # "echo", "frames" (inside a traceback) or "raised" (after its exception line)
+        self.error: str | None = None
+
+    def feed(self, text: str, final: bool = False) -> None:
+        """Echo the complete lines of ``text`` (and, when ``final``, the rest)."""
+        import re
+
+        *lines, self.pending = re.split(r"(?<=[\r\n])", self.pending + text)
+        if final and self.pending:
+            lines, self.pending = [*lines, self.pending], ""
+        shown = [line for line in lines if self._shown(line)]
+        if shown:
+            sys.stderr.write("".join(shown))
+            sys.stderr.flush()
+
+    def _shown(self, line: str) -> bool:
+        body = line.rstrip("\r\n")
+        if body.startswith("Traceback (most recent call last):"):
+            self.state = "frames"
+            return False
+        if self.state == "echo":
+            return True
+        indented, blank = body[:1].isspace(), not body.strip()
+        if blank or body.startswith(self._CHAINED) or indented:
+            return False  # a frame, the gap and link between chained tracebacks, an exception's continuation
+        if self.state == "frames":
+            self.state, self.error = "raised", body.strip()
+            return False
+        self.state = "echo"  # after the exception line, a line of the step's own: the step went on
+        return True
 
 
 class StepFailed(CurateError):
