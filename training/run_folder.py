@@ -77,17 +77,22 @@ def last_checkpoint(folder: Path, required: Sequence[str] = ()) -> Path | None:
     else), every file of ``required``, every file matching its record (size and sha256) and finite weights. A kill
     during a save leaves no record (skipped, the previous one is used); a checkpoint whose files no longer match
     (truncated, or bytes changed in place) or whose weights are not finite is set aside as ``bad-checkpoint-N`` with
-    a warning."""
-    for ckpt in reversed(checkpoints(folder)):
-        if not (ckpt / FILES).is_file() or not all((ckpt / name).is_file() for name in (*required, TRAINER_STATE)):
-            continue  # killed while saving: never complete
+    a warning that says what comes next: the previous checkpoint, or, when there is none, step 0 (issue 38.8)."""
+    saved = [
+        ckpt
+        for ckpt in checkpoints(folder)
+        if (ckpt / FILES).is_file() and all((ckpt / name).is_file() for name in (*required, TRAINER_STATE))
+    ]  # the rest were killed while saving: never complete
+    for k in reversed(range(len(saved))):
+        ckpt = saved[k]
         problem = check_files(ckpt) or check_weights(ckpt)
         if problem is None:
             return ckpt
         aside = ckpt.with_name(f"bad-{ckpt.name}")
         shutil.rmtree(aside, ignore_errors=True)
         ckpt.rename(aside)
-        _warn(f"{ckpt} is damaged ({problem}); set aside as {aside.name}, using the previous checkpoint")
+        then = f"going back to {saved[k - 1].name}" if k else "no checkpoint before it: training starts at step 0"
+        _warn(f"{ckpt} is damaged ({problem}); set aside as {aside.name}, {then}")
     return None
 
 
