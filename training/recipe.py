@@ -338,6 +338,7 @@ def recipe_from_mapping(data: Mapping[str, Any]) -> RunRecipe:
     data = dict(data)
     if "curate" in data:
         raise unknown_key_error(["curate"], {f.name for f in dataclasses.fields(RunRecipe)} - {"curate"}, "recipe")
+    _misplaced_keys(data)
     seed = data.get("seed", 0)
     for key in SEEDED:  # sections with a default (tiny, rl, eval) take the seed even when the recipe omits them
         section = data.get(key, {} if key in ("tiny", "rl", "eval") else None)
@@ -349,6 +350,24 @@ def recipe_from_mapping(data: Mapping[str, Any]) -> RunRecipe:
 
         data["curate"] = pipeline.load_recipe(path)
     return from_mapping(RunRecipe, data, "recipe")
+
+
+def _misplaced_keys(data: Mapping[str, Any]) -> None:
+    """A top-level key that is a setting of one of the recipe's sections fails naming where it goes (issue 38.8: a
+    top-level ``report_to`` got only the list of top-level keys): ``rl.report_to, sft.report_to``."""
+    import typing
+
+    hints = typing.get_type_hints(RunRecipe)
+    for key in sorted(set(data) - set(hints)):
+        homes = [
+            f"{section}.{key}"
+            for section, tp in hints.items()
+            if any(dataclasses.is_dataclass(c) and key in {f.name for f in dataclasses.fields(c)}
+                   for c in (tp, *typing.get_args(tp)))
+        ]  # fmt: skip
+        if homes:
+            one = f" (stages.<name>.{key}: one RL stage's)" if f"rl.{key}" in homes else ""
+            raise ConfigError(f"unknown key {key!r} in recipe: it is a section's setting: {', '.join(homes)}{one}")
 
 
 # --------------------------------------------------------------------------------------------------- CoScale

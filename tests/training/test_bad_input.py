@@ -216,6 +216,27 @@ def test_training_run_recipe_errors_before_any_work(tmp_path, capsys):
     assert not (tmp_path / "ws" / "runs").exists()  # nothing was written: the recipe failed before any work
 
 
+def test_a_misplaced_key_names_its_section_and_rl_sampler_seed_has_one_rule_everywhere(tmp_path, capsys):
+    """Issue 38.8: a top-level `report_to` got no hint that it belongs under rl./sft.; `rl.sampler.seed` in a recipe
+    was overwritten by rl.seed without a word, while the same key under `stages.<name>` or in `training rl` was
+    rejected. One validator (RLConfig.check_mapping) now serves every path."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({"name": "r", "pool": "p", "train": "x.parquet"}))
+    cases = {
+        "report_to=tensorboard": "unknown key 'report_to' in recipe: it is a section's setting: sft.report_to, "
+        "rl.report_to (stages.<name>.report_to: one RL stage's)",
+        "rl.sampler.seed=5": "set rl.seed, not rl.sampler.seed (the curriculum takes the stage's seed)",
+        "stages.stage1.sampler.seed=5": "set stages.stage1.seed, not stages.stage1.sampler.seed",
+    }
+    for key, message in cases.items():
+        assert main(["run", "--recipe", str(recipe), "--home", str(tmp_path / "ws"), "--set", key]) == 2
+        assert message in _one_line(capsys), key
+    args = ["rl", "--model", "x/y", "--train", str(tmp_path / "t.parquet"), "--out", str(tmp_path / "o")]
+    assert main([*args, "--set", "sampler.seed=5"]) == 2
+    assert "set rl.seed, not rl.sampler.seed" in _one_line(capsys)
+    assert not (tmp_path / "ws" / "runs").exists()
+
+
 def test_what_failed_after_curation_sft_and_measure_fails_at_load_naming_the_key(tmp_path, capsys, monkeypatch):
     """Issues 30.6 and 31.1 on the demo's recipe (its curriculum is built by ``measure``, after SFT): a misspelled
     stage under ``stages:`` or in ``only_stages``, a tracker that is not installed, and ``eval.every`` that is not a
