@@ -69,16 +69,21 @@ def export_dir(ws: io.Workspace, pool: str, cfg: SolutionsConfig) -> Path:
     return ws.root / "solutions" / (cfg.name or cfg.selection or pool)
 
 
-def _check_owner(out_path: Path, out_dir: Path, name: str, pool: str) -> None:
+def export_key(ws: io.Workspace, out_dir: Path) -> str:
+    """The export folder as the set's manifest records its owner: relative to the workspace when inside it (a moved
+    workspace keeps its sets), else absolute."""
+    return str(out_dir.relative_to(ws.root)) if out_dir.is_relative_to(ws.root) else str(out_dir)
+
+
+def _check_owner(out_path: Path, key: str, name: str, pool: str) -> None:
     """Refuse to replace a set whose tables were exported to another folder: two recipes gave their sets one name
     (a re-run of the same set, with any other setting changed, exports to the same folder and goes on)."""
     from curate.manifest import read_manifest
 
-    stored = read_manifest(out_path) or {}
-    before = (stored.get("summary") or {}).get("export")
-    if before and Path(before) != out_dir:
+    before = ((read_manifest(out_path) or {}).get("extra") or {}).get("export")
+    if before and before != key:
         raise InputError(
-            f"solution set {name!r} of pool {pool!r} was exported to {before}, and this one exports to {out_dir}; "
+            f"solution set {name!r} of pool {pool!r} was exported to {before}, and this one exports to {key}; "
             "give this recipe its own `solutions.name` (or --force to replace that set)"
         )
 
@@ -191,7 +196,7 @@ def solutions(
     out_path, q_path, pools_path = set_tables(ws, pool, cfg)
     out_dir = export_dir(ws, pool, cfg)
     if not force:
-        _check_owner(out_path, out_dir, set_name(cfg, pool), pool)
+        _check_owner(out_path, export_key(ws, out_dir), set_name(cfg, pool), pool)
     inputs = [ws.require_pool(pool), *ledger.files(ws, pool)]
     if cfg.selection:
         inputs.append(selection_path(ws, cfg.selection))
@@ -233,6 +238,7 @@ def solutions(
             rows_in=state.cands.height,
             rows_out=state.kept.height,
             drops=summary["drops"],
+            extra={"export": export_key(ws, out_dir)},  # the set's owner (``_check_owner``)
         )
 
     outputs = [out_path, q_path, pools_path, out_dir / export_mod.SFT_FILE]
