@@ -512,12 +512,13 @@ def test_sigkill_during_teacher_loop_resumes_without_duplicates(tmp_path):
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         written = len(ledger.files(killed, "p", "teacher"))
-        assert written >= 3 and not (killed.table("p", "solutions")).is_file()  # killed mid-loop
+        table = killed.solution_set_dir("p", "p") / "solutions.parquet"
+        assert written >= 3 and not table.is_file()  # killed mid-loop
         server.delay_s = 0.0
         st.solutions(killed, "p", teacher_cfg(server.url))
         st.solutions(clean, "p", teacher_cfg(server.url))
     keys = raw_keys(killed, "p")
     assert len(keys) == len(set(keys))  # no sample drawn twice
     assert sorted(keys) == sorted(raw_keys(clean, "p"))  # the same samples as a run never killed
-    tables = [io.read_parquet(w.table("p", "solutions"), S.SOLUTIONS) for w in (killed, clean)]
+    tables = [io.read_parquet(w.solution_set_dir("p", "p") / "solutions.parquet") for w in (killed, clean)]
     assert tables[0].equals(tables[1])
