@@ -11,8 +11,10 @@ with the curated recipe's SFT settings and seed: the same SFT step, so it is bor
   candidate, no solved / zero-variance filter) in place of the DES selection of 300;
 - the curriculum sampler: ``uniform`` (a random permutation per epoch; no zero-variance skip, no
   no-positive-resampling) in place of the scalingrl policy with ScaleRL's filters;
-- verified solutions: ``unverified`` (SFT on every teacher trace, ``solutions/tiny-raw``: the raw arm's SFT model),
-  the rest curated (``measure`` of that model, DES selection, the sampler);
+- verified solutions: ``unverified`` (SFT on every teacher trace, ``solutions/tiny-raw``: the raw arm's SFT model;
+  537 of its 6,017 traces are wrong, 8.9%, by the pool's ground truth, meta ``waste``; 817, 13.6%, disagree with
+  their gold, 287 of them right traces under a wrong gold), the rest curated (``measure`` of that model, DES
+  selection, the sampler);
 - decontamination: ``nodecon`` (the RL selection keeps the test split's reworded copies); reported on the leaked
   test problems and on the clean ones apart, so the inflation shows;
 - dedup: ``nodedup`` (the RL selection keeps near duplicates);

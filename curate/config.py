@@ -152,7 +152,9 @@ class Recipe:
 
 # --------------------------------------------------------------------------------------------------- loader
 def from_mapping(cls: type, data: Mapping[str, Any] | None, where: str = "") -> Any:
-    """Build dataclass ``cls`` from a mapping, recursively, rejecting unknown keys and wrong types.
+    """Build dataclass ``cls`` from a mapping, recursively, rejecting unknown keys and wrong types. A class with a
+    ``check_mapping(data)`` classmethod also checks the keys as written, which its built instance cannot tell from
+    defaults (``training.rl.RLConfig``): every way the class is read goes through that one validator.
 
     >>> from_mapping(SourceSpec, {"path": "x.jsonl", "split": "test"}).split
     'test'
@@ -163,6 +165,8 @@ def from_mapping(cls: type, data: Mapping[str, Any] | None, where: str = "") -> 
     unknown = sorted(set(data) - names)
     if unknown:
         raise unknown_key_error(unknown, names, where or cls.__name__)
+    if hasattr(cls, "check_mapping"):
+        cls.check_mapping(data)
     kwargs = {}
     for key, value in data.items():
         kwargs[key] = _coerce(hints[key], value, f"{where}.{key}" if where else key)

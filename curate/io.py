@@ -7,6 +7,7 @@ Layout under the root (``--home``, env ``CURATE_HOME``, default ``./workspace``)
     pools/<pool>/raw/<source-key>.parquet  one per ingested source (what "adds only what is new" rests on)
     pools/<pool>/rollouts/<model>/part-*.parquet   the append-only ledger, one file per shard; + manifest.json
     pools/<pool>/stats.parquet, scores.parquet, ...
+    pools/<pool>/solutions/<set>/solutions.parquet  one solution set's tables (curate.solutions), one folder per set
     cache/embeddings/<encoder>/part-*.parquet      keyed by problem_id, shared by every pool
     selections/<name>/   curricula/<name>/          each with a manifest.json
     locks/<kind>-<name>.lock                        one writer at a time per pool, selection, curriculum, ledger
@@ -122,6 +123,16 @@ class Workspace:
     def curriculum_dir(self, name: str) -> Path:
         return self.root / "curricula" / name
 
+    def solution_set_dir(self, pool: str, name: str) -> Path:
+        """``pools/<pool>/solutions/<name>/``: one solution set's tables (``curate solutions``). Each set has its own
+        folder, so two recipes on one pool (the curated set and the raw one) never replace each other's tables."""
+        return self.pool_dir(pool) / "solutions" / S.slug(name)
+
+    def solution_sets(self, pool: str) -> list[Path]:
+        """The folders of a pool's solution sets that hold a finished set (its ``solution_pools.parquet``)."""
+        base = self.pool_dir(pool) / "solutions"
+        return sorted(p for p in base.glob("*") if (p / "solution_pools.parquet").is_file()) if base.is_dir() else []
+
     def pools(self) -> list[str]:
         """Names of pools that have a problems table."""
         base = self.root / "pools"
@@ -184,7 +195,8 @@ class Workspace:
         a pool's interrupted ``commit`` is rolled forward and temp files are removed; a selection or curriculum
         folder missing after a crash mid-swap is put back and its temp folders are removed."""
         if kind == "pool":
-            for folder in (self.pool_dir(name), self.raw_dir(name), self.ledger_dir(name)):
+            sets = sorted((self.pool_dir(name) / "solutions").glob("*"))
+            for folder in (self.pool_dir(name), self.raw_dir(name), self.ledger_dir(name), *sets):
                 recover(folder)
                 remove_temp(folder)
         elif kind == "selection":

@@ -99,10 +99,16 @@ def load_recipe(path: str, overrides: dict[str, Any] | None = None) -> Recipe:
 def planned_stages(recipe: Recipe, only: Iterable[str] | None = None) -> list[str]:
     """The recipe's stages to run, in recipe order: all of them, or those in ``only`` (a name the recipe does not
     list is a ``ConfigError``). ``run_recipe`` and the Prefect flow both run this list."""
+    import difflib
+
     wanted = list(only) if only else list(recipe.stages)
     unknown = [s for s in wanted if s not in recipe.stages]
     if unknown:
-        raise ConfigError(f"stage(s) {unknown} are not in the recipe's stages {list(recipe.stages)}")
+        named = []
+        for name in unknown:  # a misspelling gets a "did you mean", as a misspelled recipe key does (issue 38.8)
+            close = difflib.get_close_matches(name, recipe.stages, n=1, cutoff=0.6)
+            named.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ConfigError(f"stage(s) {', '.join(named)} are not in the recipe's stages {list(recipe.stages)}")
     return [name for name in recipe.stages if name in wanted]
 
 

@@ -196,8 +196,8 @@ def publish_training(summary: dict[str, Any]) -> None:
     create_table_artifact(
         table=lineage_rows(summary), key=key(name, "lineage"), description=f"Lineage of the models of run {name}"
     )
-    pools = Path(summary["home"]) / "pools" / summary["pool"] / "solution_pools.parquet"
-    if pools.is_file():
+    pools = Path((summary.get("lineage") or {}).get("solution_pools") or "")  # the run's solution set (chain_lineage)
+    if pools.name and pools.is_file():
         create_image_artifact(
             image_url=solutions_histogram_uri(pools), key=key(name, "solutions"), description=f"{pools}"
         )

@@ -23,6 +23,7 @@ def write_tiny_chain(tmp_path: Path, rl_source: bool = False, unchecked_teacher:
     (``gen://...&teacher_error=1.0``), kept unchecked (``solutions.recheck: false``): the no-curation baseline's
     SFT data, where a card must say what was not checked."""
     curate_recipe = tmp_path / "curate.yaml"
+    eval_split = (train.get("eval") or {}).get("split", "test")  # the held-out source is the split the run evaluates
     teacher = "&min_ops=2&max_ops=3&teacher_error=1.0" if unchecked_teacher else ""
     rl = [{"path": "gen://arith?n=30&seed=2&max_level=1&min_ops=2&max_ops=3", "name": "t/rl", "split": "train"}]
     curate_recipe.write_text(yaml.safe_dump({
@@ -30,7 +31,7 @@ def write_tiny_chain(tmp_path: Path, rl_source: bool = False, unchecked_teacher:
         "stages": ["ingest", "score", "select", "curriculum", "solutions"],
         "ingest": {"sources": [
             {"path": f"gen://arith?n=40&seed=0&max_level=1{teacher}", "name": "t/train", "split": "train"},
-            {"path": "gen://arith?n=8&seed=1&max_level=1", "name": "t/eval", "split": "test"},
+            {"path": "gen://arith?n=8&seed=1&max_level=1", "name": "t/eval", "split": eval_split},
             *(rl if rl_source else []),
         ]},
         "score": {"use_embeddings": False},

@@ -325,7 +325,8 @@ def run_step(spec: Mapping[str, Any], launch: list[str] | None = None) -> dict[s
     prints one line and exits 130 (a step that died of SIGINT anyway counts as interrupted, not as failed).
     Temp files a killed step left in ``<out>`` (``.step_result.json.<hex>.tmp``) are removed first: the run
     folder's lock (``run_lock``) makes this the only writer there. Raises ``StepFailed`` (one line: the step, its
-    exit code or signal, its log) when it fails.
+    exit code or signal, its error: a traceback's last line, the traceback staying in the log, ``StepEcho``; its
+    log) when it fails.
     """
     out = Path(spec["out"])
     spec_path = out / "step_spec.json"
@@ -343,23 +344,27 @@ def run_step(spec: Mapping[str, Any], launch: list[str] | None = None) -> dict[s
         )  # fmt: skip
         set_status(log=str(log))  # ``training show`` reads the step's progress lines there
         decode = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        progress = _StepProgress()
+        progress, echo = _StepProgress(), StepEcho()
         try:
             for chunk in iter(lambda: proc.stdout.read1(65536), b""):
                 sink.write(chunk)
                 text = decode.decode(chunk)
-                sys.stderr.write(text)
-                sys.stderr.flush()
+                echo.feed(text)
                 progress.feed(text)
         finally:
             if proc.poll() is None:  # we are being interrupted: the step goes too
                 proc.terminate()
             rc = proc.wait()
+            echo.feed(decode.decode(b"", final=True), final=True)
     if rc in (-signal.SIGINT, 128 + signal.SIGINT):  # Ctrl-C reached the step first: the user's interrupt
         raise KeyboardInterrupt
     if rc != 0 or not result_path.is_file():
         how = f"was killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with code {rc}"
-        raise StepFailed(f"training step {spec['kind']} ({out}) {how}; its log: {log}")
+        why = f" ({echo.error})" if echo.error else ""
+        raise StepFailed(f"training step {spec['kind']} ({out}) {how}{why}; its log: {log}")
+    if echo.error:
+        print(f"note: training step {spec['kind']} printed a traceback and went on ({echo.error}); its log: {log}",
+              file=sys.stderr, flush=True)  # fmt: skip
     return step_record(result_path)
 
 
@@ -390,6 +395,50 @@ class _StepProgress:
         start, since = self.first
         left = (total - done) * (now - since) / (done - start) if done > start else None
         set_status(train={"done": done, "total": total, "left_s": left})
+
+
+class StepEcho:
+    """A step's output on the parent's stderr, line by line, without its tracebacks (issue 38.7: a full disk during
+    a step echoed its two tracebacks, 38-44 lines, above the one line that says what happened). ``run_step`` writes
+    every byte to ``step.log`` first, so a traceback stays there; ``error`` keeps its last line (the exception, as
+    ``OSError: [Errno 28] No space left on device``) for that one line. A traceback runs from ``Traceback (most
+    recent call last):`` through its indented frames, the exception line and any indented continuation; chained
+    ones (``During handling of the above exception ...``) belong to it. Progress bars' ``\\r`` ends a line too."""
+
+    _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+    def __init__(self) -> None:
+        self.pending = ""
+        self.state = "echo"  # "echo", "frames" (inside a traceback) or "raised" (after its exception line)
+        self.error: str | None = None
+
+    def feed(self, text: str, final: bool = False) -> None:
+        """Echo the complete lines of ``text`` (and, when ``final``, the rest)."""
+        import re
+
+        *lines, self.pending = re.split(r"(?<=[\r\n])", self.pending + text)
+        if final and self.pending:
+            lines, self.pending = [*lines, self.pending], ""
+        shown = [line for line in lines if self._shown(line)]
+        if shown:
+            sys.stderr.write("".join(shown))
+            sys.stderr.flush()
+
+    def _shown(self, line: str) -> bool:
+        body = line.rstrip("\r\n")
+        if body.startswith("Traceback (most recent call last):"):
+            self.state = "frames"
+            return False
+        if self.state == "echo":
+            return True
+        indented, blank = body[:1].isspace(), not body.strip()
+        if blank or body.startswith(self._CHAINED) or indented:
+            return False  # a frame, the gap and link between chained tracebacks, an exception's continuation
+        if self.state == "frames":
+            self.state, self.error = "raised", body.strip()
+            return False
+        self.state = "echo"  # after the exception line, a line of the step's own: the step went on
+        return True
 
 
 class StepFailed(CurateError):
@@ -496,7 +545,7 @@ def pin_data(run: Run, parts: tuple[str, ...] = ("sft", "curriculum", "train")) 
         source = resolve_path(ws, recipe.sft.data)
         if not source.is_file():
             raise InputError(f"sft.data {source} not found: run the curation (`curate solutions`) first")
-        _copy(source, data / PINNED["sft"])
+        _copy(check_sft_data(source, "sft.data"), data / PINNED["sft"])
     record = read_pinned(run.run_dir)
     if record is None or set(record["sha256"]) != _copies(data):
         hashes = {name: file_hash(data / name) for name in sorted(_copies(data))}
@@ -523,6 +572,32 @@ def _copies(data: Path) -> set[str]:
     return {str(p.relative_to(data)) for p in data.rglob("*") if p.is_file() and p.name != PINNED_RECORD}
 
 
+def check_sft_data(path: Path, what: str = "SFT data") -> Path:
+    """``path`` if the SFT trainer (``training.sft``) can train on it: a Parquet file with ``prompt`` and
+    ``completion`` columns (conversational rows, as ``curate solutions`` writes them) and at least one row. Reads
+    the file's footer only, so a run finds bad data when it pins it (before the starting model is built), not
+    minutes later inside the SFT step (issue 38.6). One ``InputError`` line otherwise."""
+    import polars as pl
+
+    if not path.is_file():
+        raise InputError(f"{what} {path} not found")
+    try:
+        columns = list(pl.read_parquet_schema(path))
+        rows = pl.scan_parquet(path).select(pl.len()).collect().item()
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"{what} {path} is not a Parquet file ({first})") from None
+    missing = [c for c in ("prompt", "completion") if c not in columns]
+    if missing:
+        raise InputError(
+            f"{what} {path} has no {' and no '.join(missing)} column (it has {columns}): SFT trains on "
+            "conversational prompt/completion rows, as `curate solutions` writes them"
+        )
+    if rows == 0:
+        raise InputError(f"{what} {path} has no rows")
+    return path
+
+
 def _copy(source: Path, target: Path) -> None:
     if not source.is_file():
         raise InputError(f"{source} not found")
@@ -530,6 +605,17 @@ def _copy(source: Path, target: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------------- lineage
+def solution_set_tables(recipe: RunRecipe, ws: io.Workspace) -> tuple[Path, Path, Path] | None:
+    """The tables of the solution set the curate recipe writes (``curate.solutions.stage.set_tables``: each set has
+    its own, so the raw recipe's never stand in for the curated one's), when that set was written."""
+    if recipe.curate is None or "solutions" not in recipe.curate.stages:
+        return None
+    from curate.solutions import stage as solutions_stage
+
+    tables = solutions_stage.set_tables(ws, recipe.pool, solutions_stage.load_config(recipe.curate))
+    return tables if tables[2].is_file() else None
+
+
 def chain_lineage(run: Run, iteration: int = 0) -> dict[str, Any]:
     """What every model of the run came from: pool, selection, curriculum (or train file), solutions table,
     the resolved recipe and the run folder (the model card adds the code version). In CoScale iteration N the
@@ -546,10 +632,13 @@ def chain_lineage(run: Run, iteration: int = 0) -> dict[str, Any]:
         out["curriculum"] = str(folder)
     else:
         out["train"] = str(run.pinned("train") or resolve_path(ws, str(recipe.train)))
+    tables = solution_set_tables(recipe, ws)
     if recipe.sft is not None:
         out["solutions"] = str(run.pinned("sft") or resolve_path(ws, recipe.sft.data))
-    elif ws.table(recipe.pool, "solutions").is_file():
-        out["solutions"] = str(ws.table(recipe.pool, "solutions"))
+    elif tables is not None:
+        out["solutions"] = str(tables[0])
+    if tables is not None:
+        out["solution_pools"] = str(tables[2])
     note = run.chain().note("coscale", f"it{iteration}:solutions") if iteration else None
     if note is not None:
         from curate.solutions import export as solutions_export

@@ -231,9 +231,11 @@ def sft(
     warmup_ratio, weight_decay, seed, save_steps, save_total_limit, packing (needs flash-attention), dtype, bf16,
     gradient_checkpointing, torch_threads, logging_steps, report_to.
     """
+    from training.chain import check_sft_data
     from training.sft import load_config, train_sft
 
     cfg = load_config(*_config_mapping(config, set_))
+    check_sft_data(data)  # not Parquet, no prompt/completion, no rows: one line before the model is loaded
     with contextlib.redirect_stdout(sys.stderr):  # the trainer's log lines; stdout keeps the result alone
         metrics = train_sft(cfg, model=model, data=data, out_dir=out)
     _report({"final": str(out / "final"), **metrics}, as_json)

@@ -64,14 +64,15 @@ def coscale_solutions(run: Run, state: ChainState) -> ChainState:
     section = solutions_section(run.recipe, run.measured_model(state.model), state.iteration, selection)
     crecipe = curate_recipe(run.recipe, "solutions", section)
     result = pipeline.run_stage("solutions", run.ws, crecipe).to_dict()
-    pools = pl.read_parquet(run.ws.table(run.recipe.pool, "solution_pools"))
+    config = solutions_stage.load_config(crecipe)
+    pools = pl.read_parquet(solutions_stage.set_tables(run.ws, run.recipe.pool, config)[2])  # this iteration's set
     io.write_parquet(pools, folder / "solution_pools.parquet")
     solvable = pools.filter(pl.col(S.COSCALE_POOL) == "solvable").select(S.PROBLEM_ID)
     unsolvable = pools.filter(pl.col(S.COSCALE_POOL) == "unsolvable").select(S.PROBLEM_ID)
     for stage in run.stages():
         shard = pl.read_parquet(stage.shard).join(solvable, on=S.PROBLEM_ID, how="semi")
         io.write_parquet(shard, folder / f"{stage.name}.parquet")
-    export = solutions_stage.export_dir(run.ws, run.recipe.pool, solutions_stage.load_config(crecipe))
+    export = solutions_stage.export_dir(run.ws, run.recipe.pool, config)
     rows = pl.read_parquet(export / solutions_export.SFT_FILE).join(unsolvable, on=S.PROBLEM_ID, how="semi")
     io.write_parquet(rows, folder / "sft_unsolvable.parquet")
     counts = dict(pools.group_by(S.COSCALE_POOL).len().iter_rows())

@@ -135,7 +135,9 @@ class DecideSection:
     rollout: ``curate rollout`` settings for re-measuring (``model`` is set to the current model; ``backend``
     defaults to ``hf``). solutions: ``curate solutions`` settings over the curate recipe's section (``student``
     and ``name`` are set per iteration; ``selection`` defaults to the curriculum's). Both are checked against
-    curate's own stage configs when the recipe loads (``RunRecipe.__post_init__``).
+    curate's own stage configs when the recipe loads (``RunRecipe.__post_init__``). The stop rule fits the eval
+    curve, so ``decide`` needs ``eval.split: validation``: with the test split it fails at load (never choose on
+    the split the figures are reported on).
     """
 
     stop_margin: float = 0.02
@@ -237,6 +239,11 @@ class RunRecipe:
             raise ConfigError("recipe: `measure` needs `curriculum` (the one it builds) and `curate_recipe`")
         if bool(self.curate_recipe) != (self.curate is not None):
             raise ConfigError("recipe: `curate_recipe` is loaded by training.recipe.load_recipe (give the file)")
+        if self.decide is not None and self.eval.split == "test":  # issue 38.3: never choose on the test split
+            raise ConfigError(
+                "recipe: `decide` chooses on the eval curve, and eval.split is test: set eval.split: validation "
+                "(report on test with `training eval --split test`)"
+            )
         stage_rl(self.rl, self.run_settings(), where="rl")  # the run's own settings on every stage, now
         for name, section in self.stages.items():
             stage_rl(self.rl, section, self.run_settings(), where=f"stages.{name}")  # every stage's keys and values
@@ -336,6 +343,7 @@ def recipe_from_mapping(data: Mapping[str, Any]) -> RunRecipe:
     data = dict(data)
     if "curate" in data:
         raise unknown_key_error(["curate"], {f.name for f in dataclasses.fields(RunRecipe)} - {"curate"}, "recipe")
+    _misplaced_keys(data)
     seed = data.get("seed", 0)
     for key in SEEDED:  # sections with a default (tiny, rl, eval) take the seed even when the recipe omits them
         section = data.get(key, {} if key in ("tiny", "rl", "eval") else None)
@@ -347,6 +355,24 @@ def recipe_from_mapping(data: Mapping[str, Any]) -> RunRecipe:
 
         data["curate"] = pipeline.load_recipe(path)
     return from_mapping(RunRecipe, data, "recipe")
+
+
+def _misplaced_keys(data: Mapping[str, Any]) -> None:
+    """A top-level key that is a setting of one of the recipe's sections fails naming where it goes (issue 38.8: a
+    top-level ``report_to`` got only the list of top-level keys): ``rl.report_to, sft.report_to``."""
+    import typing
+
+    hints = typing.get_type_hints(RunRecipe)
+    for key in sorted(set(data) - set(hints)):
+        homes = [
+            f"{section}.{key}"
+            for section, tp in hints.items()
+            if any(dataclasses.is_dataclass(c) and key in {f.name for f in dataclasses.fields(c)}
+                   for c in (tp, *typing.get_args(tp)))
+        ]  # fmt: skip
+        if homes:
+            one = f" (stages.<name>.{key}: one RL stage's)" if f"rl.{key}" in homes else ""
+            raise ConfigError(f"unknown key {key!r} in recipe: it is a section's setting: {', '.join(homes)}{one}")
 
 
 # --------------------------------------------------------------------------------------------------- CoScale

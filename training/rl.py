@@ -154,6 +154,16 @@ class RLConfig:
         if self.sampler.policy != self.policy or self.sampler.seed != self.seed:
             object.__setattr__(self, "sampler", dataclasses.replace(self.sampler, policy=self.policy, seed=self.seed))
 
+    @classmethod
+    def check_mapping(cls, data: Mapping[str, Any]) -> None:
+        """The keys as written (``curate.config.from_mapping`` calls it on every path: a recipe's ``rl``,
+        ``stages.<name>``, ``training rl``): ``policy`` and ``seed`` are set on ``rl``, not on ``rl.sampler``,
+        which takes the stage's (issue 38.8: a recipe's ``rl.sampler.seed`` was overwritten without a word)."""
+        sub = data.get("sampler") or {}
+        for key in ("policy", "seed"):
+            if isinstance(sub, Mapping) and key in sub and sub[key] != data.get(key, getattr(cls, key)):
+                raise ConfigError(f"set rl.{key}, not rl.sampler.{key} (the curriculum takes the stage's {key})")
+
     @property
     def generation_batch_size(self) -> int:
         """Completions per generation batch: prompts_per_step x num_generations."""
@@ -194,10 +204,6 @@ def load_rl_config(
     data = dict(loaded["rl"] if isinstance(loaded.get("rl"), Mapping) else loaded)
     extra = dict(overrides) if isinstance(overrides, Mapping) else parse_overrides(list(overrides or ()))
     data = apply_overrides(data, extra)
-    for key in ("policy", "seed"):
-        sub = data.get("sampler") or {}
-        if isinstance(sub, Mapping) and key in sub and sub[key] != data.get(key, getattr(RLConfig, key)):
-            raise ConfigError(f"set rl.{key}, not rl.sampler.{key} (the curriculum takes the stage's {key})")
     return from_mapping(RLConfig, data, "rl")
 
 

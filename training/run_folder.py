@@ -83,17 +83,22 @@ def last_checkpoint(folder: Path, required: Sequence[str] = ()) -> Path | None:
     else), every file of ``required``, every file matching its record (size and sha256) and finite weights. A kill
     during a save leaves no record (skipped, the previous one is used); a checkpoint whose files no longer match
     (truncated, or bytes changed in place) or whose weights are not finite is set aside as ``bad-checkpoint-N`` with
-    a warning."""
-    for ckpt in reversed(checkpoints(folder)):
-        if not (ckpt / FILES).is_file() or not all((ckpt / name).is_file() for name in (*required, TRAINER_STATE)):
-            continue  # killed while saving: never complete
+    a warning that says what comes next: the previous checkpoint, or, when there is none, step 0 (issue 38.8)."""
+    saved = [
+        ckpt
+        for ckpt in checkpoints(folder)
+        if (ckpt / FILES).is_file() and all((ckpt / name).is_file() for name in (*required, TRAINER_STATE))
+    ]  # the rest were killed while saving: never complete
+    for k in reversed(range(len(saved))):
+        ckpt = saved[k]
         problem = check_files(ckpt) or check_weights(ckpt)
         if problem is None:
             return ckpt
         aside = ckpt.with_name(f"bad-{ckpt.name}")
         shutil.rmtree(aside, ignore_errors=True)
         ckpt.rename(aside)
-        _warn(f"{ckpt} is damaged ({problem}); set aside as {aside.name}, using the previous checkpoint")
+        then = f"going back to {saved[k - 1].name}" if k else "no checkpoint before it: training starts at step 0"
+        _warn(f"{ckpt} is damaged ({problem}); set aside as {aside.name}, {then}")
     return None
 
 
@@ -218,9 +223,11 @@ def save_callback() -> Any:
 def check_model(model: str | Path) -> str:
     """A step's starting model as transformers should load it: a local model folder, or a hub id. A folder must have
     a ``config.json`` that parses and match its ``files.json`` when it has one (a folder this project sealed: its
-    weights were finite then); without a record its safetensors weights must parse and be finite
-    (``check_weights``: one read of the weights). A path that names no folder, and a damaged folder, are an
-    ``InputError`` line here, in the project's words, instead of transformers' traceback."""
+    weights were finite then); without a record (a folder downloaded or copied from elsewhere) it must hold a weights
+    file (``weight_files``), its safetensors weights must parse and be finite (``check_weights``: one read of the
+    weights) and have the shapes of the model its ``config.json`` describes (``check_shapes``: their headers). A
+    path that names no folder, and a damaged folder, are an ``InputError`` line here, in the project's words,
+    instead of transformers' traceback minutes later (issue 38.5: after curation)."""
     text = str(model)
     path = Path(text).expanduser()
     if path.exists():
@@ -228,13 +235,71 @@ def check_model(model: str | Path) -> str:
             raise InputError(f"{text} is not a model folder (no config.json)")
         problem = check_files(path) or _check_config(path / "config.json")
         if problem is None and not _sealed(path):
-            problem = check_weights(path)
+            problem = weight_files(path)[1] or check_weights(path) or check_shapes(path)
         if problem is not None:
             raise InputError(f"model folder {text} is damaged: {problem}")
         return str(path)
     if text.startswith((".", "/", "~")) or text.count("/") > 1 or "\\" in text or not text.strip():
         raise InputError(f"model folder {text} does not exist (and it is not a hub id like Qwen/Qwen2.5-Math-1.5B)")
     return text
+
+
+WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")  # transformers' sharded weights
+
+
+def weight_files(folder: Path) -> tuple[list[Path], str | None]:
+    """A model folder's weight files (every shard its index names, else ``*.safetensors``, else
+    ``pytorch_model*.bin``), and what is wrong: no weights at all, or a shard its index names is missing."""
+    for name in WEIGHT_INDEXES:
+        if (folder / name).is_file():
+            try:
+                shards = sorted(set(json.loads((folder / name).read_text())["weight_map"].values()))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                return [], f"{name} is not a weights index (no weight_map of tensor -> file)"
+            missing = [shard for shard in shards if not (folder / shard).is_file()]
+            if missing:
+                return [], f"{missing[0]} (named by {name}) is missing"
+            return [folder / shard for shard in shards], None
+    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("pytorch_model*.bin"))
+    if not files:
+        return [], "no weights file (model.safetensors, *.safetensors shards with their index, or pytorch_model.bin)"
+    return files, None
+
+
+def check_shapes(folder: Path) -> str | None:
+    """What is wrong between ``config.json`` and the safetensors weights, or None: each tensor that the model
+    ``config.json`` describes has (built on the meta device: no memory) must have that shape in the weights' headers
+    (a config copied from another size, or with ``hidden_size`` edited). Quantized weights are packed in other
+    shapes and are not compared; neither are tensors the model does not name (transformers ignores those)."""
+    import torch
+    from safetensors import SafetensorError, safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(str(folder))
+        if getattr(config, "quantization_config", None):
+            return None
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except (ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"config.json does not describe a causal language model transformers can build ({first})"
+    want = {name: list(t.shape) for name, t in model.state_dict().items()}
+    prefix = f"{model.base_model_prefix}."
+    for path in (f for f in weight_files(folder)[0] if f.suffix == ".safetensors"):
+        try:
+            with safe_open(str(path), framework="pt") as weights:
+                for key in weights.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
+                    name = next((n for n in (key, prefix + key, key.removeprefix(prefix)) if n in want), None)
+                    shape = weights.get_slice(key).get_shape() if name else None
+                    if name and list(shape) != want[name]:
+                        return (
+                            f"config.json does not match the weights: {path.name} holds {key} of shape {list(shape)}, "
+                            f"the model config.json describes has {want[name]}"
+                        )
+        except (SafetensorError, OSError) as exc:
+            return f"{path.name} is not a readable safetensors file ({exc})"
+    return None
 
 
 def _check_config(path: Path) -> str | None:

@@ -389,11 +389,13 @@ def train_sft(
         torch.set_num_threads(threads)
 
     losses = _loss_history(trainer.state.log_history)
+    first = run_folder.checkpoint_step(last) + 1 if last is not None else 1  # a resumed run trained from here on
     drops = dropped.group_by(S.DROP_REASON).len().sort(S.DROP_REASON).rows() if dropped.height else []
     metrics = {
         "train_loss_first": losses[0] if losses else None,
         "train_loss_last": losses[-1] if losses else None,
-        "train_loss_mean": mean_loss,  # over the steps this call trained (None: none were left)
+        "train_loss_mean": mean_loss,  # over the steps this call trained (None: none were left), which are:
+        "train_loss_mean_steps": None if mean_loss is None else [first, trainer.state.global_step],  # issue 38.8
         "rows": df.height,
         "rows_trained": kept.height,
         "dropped": {reason: n for reason, n in drops},

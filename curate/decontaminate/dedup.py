@@ -75,7 +75,9 @@ class DedupConfig:
 # --------------------------------------------------------------------------------------------------- text signatures
 _BBCODE = re.compile(r"\[/?(?:i|b|u|s|list|\*|quote|hide|url|center|color|size|img)(?:=[^\]]*)?\]")
 _DROP_GROUP = re.compile(r"\\(?:tag\*?|label|hspace\*?|vspace\*?|begin|end)\s*\{[^{}]*\}")
-_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,)(?=\d{3}(?!\d))")
+_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,|\\,|\\ |[\u00a0\u2007\u2009\u202f])(?=\d{3}(?!\d))")
+_MINUS = re.compile("[\u2010-\u2015\u2212\u2796\ufe58\ufe63]")  # hyphens, dashes, the minus sign (U+2212), heavy minus
+_TIMES = re.compile("[\u00b7\u00d7\u2217\u2219\u22c5\u2715\u2716\u2a09]")  # · × ∗ ∙ ⋅ ✕ ✖ ⨉
 _COMMAND = re.compile(r"\\([a-z]+)")
 _TOKEN = re.compile(r"\\[a-z]+|[a-z]+|\d+(?:\.\d+)?|[+\-*/=<>^!|]")
 _SYNONYMS = {
@@ -85,6 +87,7 @@ _SYNONYMS = {
     "to": "rightarrow", "mapsto": "rightarrow", "longrightarrow": "rightarrow",
     "lvert": "|", "rvert": "|", "vert": "|", "mid": "|",
     "equal": "=", "gets": "leftarrow", "plus": "+", "minus": "-",  # AoPS writes \plus{}, \equal{}, \minus{}
+    "times": "*", "cdot": "*", "ast": "*",  # one multiplication sign, as x, the middle dot and * are
 }  # fmt: skip
 _FORMAT_ONLY = frozenset(
     {
@@ -103,23 +106,38 @@ def _command(match: re.Match) -> str:
     return f" \\{name} " if name[0].isalpha() else f" {name} "
 
 
-def tokenize(text: str) -> list[str]:
+ASKING = frozenset(  # words that only ask for the answer (``tokenize(asking=False)`` drops them)
+    {"compute", "evaluate", "calculate", "find", "determine", "simplify", "what", "is", "the", "value", "of"}
+)
+
+
+def tokenize(text: str, *, asking: bool = True) -> list[str]:
     r"""Word tokens of a problem after LaTeX and whitespace normalization; numbers and operators are kept.
 
     Formatting-only commands, braces, ``$``, punctuation, AoPS tags and ``\tag{}`` go; synonyms map to one name
-    (``\dfrac`` -> ``\frac``, ``\leqslant`` -> ``\leq``); digit-group commas go; runs of at most 3 letters are
-    split into letters, so ``xy`` and ``x y`` (or ``abc`` and ``a b c``) tokenize alike.
+    (``\dfrac`` -> ``\frac``, ``\leqslant`` -> ``\leq``); digit-group commas and spaces go; runs of at most 3
+    letters are split into letters, so ``xy`` and ``x y`` (or ``abc`` and ``a b c``) tokenize alike. Math symbols
+    typed another way are one token (issue 38.2: a test problem copied with a Unicode minus got past): every dash
+    and the minus sign U+2212 are ``-``; ``\times``, ``\cdot``, ``*``, x and the middle dots are ``*``; NFKC makes
+    full-width digits ASCII and odd spaces plain; zero-width characters go. ``asking=False`` also drops the words
+    that only ask (``ASKING``: compute, what is the value of, ...): two problems that tokenize alike then ask the
+    same thing in other words (``Compute $E$.`` and ``What is $E$?``).
 
     >>> tokenize(r"Find $a_{1}+\dfrac{xy}{2}$ for 1,000 values.")
     ['find', 'a', '1', '+', '\\frac', 'x', 'y', '2', 'f', 'o', 'r', '1000', 'values']
+    >>> tokenize("Compute $\uff16 \u2212 2 \u00d7 1\u2009000$.") == tokenize(r"Compute $6 - 2 \times 1,000$.")
+    True
     """
-    t = unicodedata.normalize("NFKC", S.strip_instruction(text or "")).lower()
+    t = _THOUSANDS.sub("", S.ZERO_WIDTH.sub("", S.strip_instruction(text or "")))  # before NFKC makes spaces plain
+    t = _TIMES.sub(" * ", _MINUS.sub("-", unicodedata.normalize("NFKC", t))).lower()
     t = _BBCODE.sub(" ", t)
     t = _DROP_GROUP.sub(" ", t)
-    t = _THOUSANDS.sub("", t.replace("\\not=", "\\neq").replace("\\not =", "\\neq"))
+    t = _THOUSANDS.sub("", t.replace("\\not=", "\\neq").replace("\\not =", "\\neq"))  # after NFKC: full-width commas
     t = _COMMAND.sub(_command, t)
     out: list[str] = []
     for tok in _TOKEN.findall(t):
+        if not asking and tok in ASKING:
+            continue
         if len(tok) <= 3 and tok.isalpha():
             out.extend(tok)
         else:

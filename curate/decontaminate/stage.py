@@ -18,8 +18,12 @@ sub-multiset of the other's), so ``divided by 9`` vs ``divided by 8`` fails; AND
 ``1,2,3,4``, tuples in another order), or math-verify says they are equal (``\frac 9{16\sqrt 2}`` vs
 ``\frac{9}{32}\sqrt 2``; ``verify_answers``). An n-gram score of 1.0 (``contained_threshold``: the whole benchmark
 text is inside the train problem) needs only the numbers. ``ELLIPSE`` vs ``SUCCESS`` (answers 1260 vs 420) and
-"same diagram, another question" items fail. Pairs that pass the text or embedding test but fail compatibility are
-counted as ``siblings_ignored``, with examples, for review.
+"same diagram, another question" items fail. A leak is a leak whatever its gold (issue 38.2: a reworded copy with a
+typo'd gold, as DeepScaleR's conflicting copies have, was never flagged): a candidate that asks the same question,
+word for word once the words that only ask are dropped (``tokenize(asking=False)``: ``Compute $E$.`` and ``What is
+the value of $E$?``), is contaminated even when the answers differ; its quarantine detail names both golds. Pairs
+that pass the text or embedding test but fail compatibility are counted as ``siblings_ignored``, with examples, for
+review.
 
 Constants, tuned on DeepScaleR (FastCuRL L1+L3) against MATH-500 and the DeepScaleR test sets by reading every
 candidate (bench/HISTORY.md has the counts): n = 8 tokens; n-gram threshold 0.4 (true leaks scored down to 0.48,
@@ -139,20 +143,23 @@ class _Side:
     grams: list[set[int]]
     nums: list[Counter]
     answers: list[list[str]]
+    questions: list[tuple[str, ...]]  # the tokens without the words that only ask (``tokenize(asking=False)``)
 
     @classmethod
     def of(cls, frame: pl.DataFrame, n: int, short: int, bench: bool) -> _Side:
         """``bench``: a benchmark item of at most ``n`` tokens gets ``short``-token n-grams (one n-gram of the whole
         item could only match a train problem that contains it word for word, and a reworded copy of a short item,
         ``What is $4 + 10$?`` for ``Compute $4 + 10$.``, would never be found); the train side has both sizes."""
-        tokens = [tokenize(p) for p in frame[S.PROBLEM].to_list()]
+        texts = frame[S.PROBLEM].to_list()
+        tokens = [tokenize(p) for p in texts]
         alts = frame[S.ANSWER_ALTERNATIVES].to_list()
         answers = [list(a) if a else [x or ""] for a, x in zip(alts, frame[S.ANSWER].to_list(), strict=True)]
         if bench:
             grams = [ngrams(t, short if len(t) <= n else n) for t in tokens]
         else:
             grams = [ngrams(t, n) | (ngrams(t, short) if len(t) > short else set()) for t in tokens]
-        return cls(tokens, grams, [numbers(t) for t in tokens], answers)
+        questions = [tuple(tokenize(p, asking=False)) for p in texts]
+        return cls(tokens, grams, [numbers(t) for t in tokens], answers, questions)
 
 
 def _numbers_agree(t: Counter, b: Counter, b_tokens: int, contained: bool, cfg: DecontamConfig) -> bool:
@@ -252,7 +259,9 @@ def resolve(
 
     Numbers must be compatible. Answers must agree by ``answers_compatible``, or (n-gram scores at or above
     ``contained_threshold``) need not, or else ``equivalent(pairs) -> list[bool]`` (math-verify, batched, bounded
-    in time) decides for the candidates still open. Returns ``({train row: (bench row, kind, score)}, siblings)``.
+    in time) decides for the candidates still open. A pair whose answers differ is still a hit when both ask the
+    same question (``_Side.questions`` equal): a copy with a wrong gold. Returns ``({train row: (bench row, kind,
+    score)}, siblings)``.
     """
     state: dict[tuple[int, int], bool | None] = {}
     for i, cands in candidates.items():
@@ -273,6 +282,8 @@ def resolve(
     if open_pairs and equivalent is not None:
         verdicts = equivalent([(train.answers[i][0], bench.answers[j][0]) for i, j in open_pairs])
         state.update(zip(open_pairs, (bool(v) for v in verdicts), strict=True))
+    for i, j in [pair for pair, ok in state.items() if not ok]:
+        state[i, j] = bool(train.questions[i]) and train.questions[i] == bench.questions[j]
     hits, siblings = {}, []
     for i, cands in candidates.items():
         ok = [(j, score) for j, score in cands if state[i, j]]
@@ -372,13 +383,16 @@ def filters_table(contamination: pl.DataFrame, duplicates: pl.DataFrame) -> pl.D
 
 def quarantine_rows(train: pl.DataFrame, filters: pl.DataFrame, duplicates: pl.DataFrame, bench: pl.DataFrame):
     """schema.QUARANTINE rows of stage ``decontaminate`` for every dropped train problem, with a detail naming the
-    benchmark item or the representative."""
+    benchmark item (and both gold answers when they differ: a copy with a wrong gold) or the representative."""
+    from curate.verify.answers import answer_key
+
     ref = {
         pid: f"{src}#{row}"
         for pid, src, row in zip(bench[S.PROBLEM_ID], bench[S.SOURCE], bench[S.SOURCE_ROW], strict=True)
     }
+    gold = dict(zip(bench[S.PROBLEM_ID], bench[S.ANSWER], strict=True))
     df = (
-        train.select(S.PROBLEM_ID, S.SOURCE, S.SOURCE_ROW, S.PROBLEM, S.ANSWER_RAW)
+        train.select(S.PROBLEM_ID, S.SOURCE, S.SOURCE_ROW, S.PROBLEM, S.ANSWER_RAW, S.ANSWER)
         .join(filters, on=S.PROBLEM_ID, how="left", maintain_order="left")
         .join(duplicates.select(S.PROBLEM_ID, SIMILARITY), on=S.PROBLEM_ID, how="left", maintain_order="left")
         .filter(pl.col(S.CONTAMINATED) | pl.col(S.DUPLICATE_OF).is_not_null())
@@ -391,6 +405,9 @@ def quarantine_rows(train: pl.DataFrame, filters: pl.DataFrame, duplicates: pl.D
                 f"{r[S.CONTAMINATION_KIND]} match of benchmark problem {ref.get(r[S.CONTAMINATED_BY], '?')} "
                 f"({r[S.CONTAMINATED_BY]}, score {r[S.CONTAMINATION_SCORE]:.3f})"
             )
+            theirs = gold.get(r[S.CONTAMINATED_BY])
+            if answer_key(r[S.ANSWER] or "") != answer_key(theirs or ""):
+                detail += f"; its gold {r[S.ANSWER]!r} differs from the benchmark's {theirs!r}"
         else:
             reason = "near_duplicate"
             how = "same wording" if r[SIMILARITY] is None else f"cosine {r[SIMILARITY]:.3f}"
@@ -433,8 +450,14 @@ def summarize(
     ingest_exact: dict[str, int],
     max_examples: int,
 ) -> dict[str, Any]:
-    """Counts per benchmark and kind, near-duplicate clusters and drops, and examples to read."""
+    """Counts per benchmark and kind (and the copies whose gold differs from the benchmark's), near-duplicate
+    clusters and drops, and examples to read."""
+    from curate.verify.answers import answer_key
+
     hit = filters.filter(pl.col(S.CONTAMINATED))
+    keys = {pid: answer_key(a or "") for pid, a in zip(train[S.PROBLEM_ID], train[S.ANSWER], strict=True)}
+    keys.update({pid: answer_key(a or "") for pid, a in zip(bench[S.PROBLEM_ID], bench[S.ANSWER], strict=True)})
+    pairs = zip(hit[S.PROBLEM_ID], hit[S.CONTAMINATED_BY], strict=True)
     dup = filters.filter(pl.col(S.DUPLICATE_OF).is_not_null())
     text = dict(zip(train[S.PROBLEM_ID], train[S.PROBLEM], strict=True))
     text.update(zip(bench[S.PROBLEM_ID], bench[S.PROBLEM], strict=True))
@@ -481,6 +504,7 @@ def summarize(
         "contaminated": hit.height,
         "by_benchmark": dict(Counter(hit[S.BENCHMARK].to_list()).most_common()),
         "by_kind": {k: int((hit[S.CONTAMINATION_KIND] == k).sum()) for k in KINDS},
+        "gold_differs": sum(keys.get(t) != keys.get(b) for t, b in pairs),
         "exact_at_ingest": ingest_exact,
         "siblings_ignored": len(ignored),
         "near_duplicate_clusters": int(clusters),

@@ -461,13 +461,22 @@ def pool_summary(ws: Workspace, pool: str, detailed: bool = False) -> dict[str, 
         manifest = ws.pool_dir(pool) / "problems.manifest.json"
         if manifest.is_file():
             out["last_ingest"] = json.loads(manifest.read_text()).get("started_at")
-        solution_pools = ws.table(pool, "solution_pools")  # written by `curate solutions` (issue 13)
-        if solution_pools.is_file():
-            sp = read_parquet(solution_pools, S.SOLUTION_POOLS)
-            out["solutions"] = int(sp[S.N_SOLUTIONS].sum())
-            out["solutions_per_problem"] = {str(n): c for n, c in sorted(Counter(sp[S.N_SOLUTIONS].to_list()).items())}
-            out["coscale_pools"] = dict(sorted(Counter(sp[S.COSCALE_POOL].to_list()).items()))
+        sets = [_solution_set(folder) for folder in ws.solution_sets(pool)]  # `curate solutions`, one per set
+        if sets:
+            out["solution_sets"] = sets
     return out
+
+
+def _solution_set(folder: Path) -> dict[str, Any]:
+    """One solution set's counts (``curate show``): its name, solutions kept, per problem, CoScale pools, folder."""
+    sp = read_parquet(folder / "solution_pools.parquet", S.SOLUTION_POOLS)
+    return {
+        "set": folder.name,
+        "solutions": int(sp[S.N_SOLUTIONS].sum()),
+        "solutions_per_problem": {str(n): c for n, c in sorted(Counter(sp[S.N_SOLUTIONS].to_list()).items())},
+        "coscale_pools": dict(sorted(Counter(sp[S.COSCALE_POOL].to_list()).items())),
+        "folder": str(folder),
+    }
 
 
 def _log(progress: bool, message: str) -> None:

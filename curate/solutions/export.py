@@ -70,11 +70,13 @@ def lineage(
     kept: pl.DataFrame,
     summary: dict[str, Any],
     *,
+    table: Path,
     selection_file: Path | None = None,
     teacher_run: str | None = None,
 ) -> dict[str, Any]:
-    """Where every exported row came from (see the module docstring). ``selection_file`` / ``teacher_run``: the
-    selection table and teacher run id the stage resolved (passed in, so this module never imports the stage)."""
+    """Where every exported row came from (see the module docstring). ``selection_file`` / ``teacher_run`` /
+    ``table``: the selection table, teacher run id and the set's solutions table the stage resolved (passed in, so
+    this module never imports the stage)."""
     used = kept.join(sft.select(S.SOLUTION_ID), on=S.SOLUTION_ID, how="semi")
     files = Counter(f for f in used["ledger_file"].to_list() if f)
     base = ws.pool_dir(pool)
@@ -101,7 +103,7 @@ def lineage(
         "problems": {"path": str(problems_path), "sha256": file_hash(problems_path)},
         "selection": selection,
         "solutions_table": {  # solution ids are content hashes: this identifies the table's content
-            "path": str(ws.table(pool, "solutions")),
+            "path": str(table),
             "rows": kept.height,
             "solution_ids_sha256": hashlib.sha256(ids.encode()).hexdigest(),
         },
@@ -127,13 +129,16 @@ def write_export(
     summary: dict[str, Any],
     out_dir: Path,
     *,
+    table: Path,
     selection_file: Path | None = None,
     teacher_run: str | None = None,
 ) -> Path:
     """Write ``sft.parquet``, ``lineage.json``, ``README.md`` and ``manifest.json`` (the manifest last)."""
     sft = sft_frame(problems, kept, cfg.k, cfg.instruction)
     io.write_parquet(sft, out_dir / SFT_FILE)
-    info = lineage(ws, pool, cfg, sft, kept, summary, selection_file=selection_file, teacher_run=teacher_run)
+    info = lineage(
+        ws, pool, cfg, sft, kept, summary, table=table, selection_file=selection_file, teacher_run=teacher_run
+    )
     io.write_json(out_dir / "lineage.json", info)
     name = out_dir.name
     sources_path = ws.pool_dir(pool) / "sources.json"

@@ -2,13 +2,17 @@ r"""The solutions stage (DESIGN.md stage 7, issue 13): K distinct verified solut
 
 Pipeline position: ingest -> ... -> rollout -> score -> select -> **solutions** (-> SFT in ``training/``). Reads the
 pool's problems (and a selection's ids with ``selection``), the rollout ledger, and the student's pass rates; writes
+one solution set, named ``<set>`` (``set_name``: ``name``, else the selection, else the pool), into its own folder
+``pools/<pool>/solutions/<set>/`` (``Workspace.solution_set_dir``), so two recipes on one pool (the curated set and
+the raw one, ``datasets/tiny/raw.yaml``) never replace each other's tables:
 
-- ``pools/<pool>/solutions.parquet`` (schema.SOLUTIONS) + manifest: the kept solutions, ``rank`` 0.. per problem;
-- ``pools/<pool>/solutions_quarantine.parquet`` (schema.SOLUTIONS_QUARANTINE): every dropped candidate and why;
-- ``pools/<pool>/solution_pools.parquet`` (schema.SOLUTION_POOLS): per problem, solutions kept, the student's
-  pass rate, teacher samples spent, and the CoScale-RL pool;
-- ``<home>/solutions/<name>/``: ``sft.parquet`` (TRL conversational prompt/completion, the first K solutions of
-  every problem), ``README.md`` (dataset card), ``lineage.json``, ``manifest.json`` (``curate.solutions.export``).
+- ``solutions.parquet`` (schema.SOLUTIONS) + manifest: the kept solutions, ``rank`` 0.. per problem;
+- ``solutions_quarantine.parquet`` (schema.SOLUTIONS_QUARANTINE): every dropped candidate and why;
+- ``solution_pools.parquet`` (schema.SOLUTION_POOLS): per problem, solutions kept, the student's pass rate, teacher
+  samples spent, and the CoScale-RL pool;
+- ``<home>/solutions/<set>/`` (or ``export``): ``sft.parquet`` (TRL conversational prompt/completion, the first K
+  solutions of every problem), ``README.md`` (dataset card), ``lineage.json``, ``manifest.json``
+  (``curate.solutions.export``). A set whose tables were exported to another folder is refused (one line).
 
 Candidates (curate.solutions.candidates): the pool's reference solutions, imported generations, rollouts of any
 model and a teacher's samples, each re-checked by ``curate.verify`` and dropped with a reason when it is truncated,
@@ -47,11 +51,41 @@ from curate.solutions.teacher import fill_with_teacher, teacher_run_id, teacher_
 from curate.stage_wrapper import StageOutput, StageResult, run_wrapped
 
 
+def set_name(cfg: SolutionsConfig, pool: str) -> str:
+    """The solution set's name: ``name``, else the ``export`` folder's name, else the selection, else the pool."""
+    return cfg.name or (Path(cfg.export).expanduser().name if cfg.export else None) or cfg.selection or pool
+
+
+def set_tables(ws: io.Workspace, pool: str, cfg: SolutionsConfig) -> tuple[Path, Path, Path]:
+    """The set's tables: (solutions, solutions_quarantine, solution_pools) in ``pools/<pool>/solutions/<set>/``."""
+    folder = ws.solution_set_dir(pool, set_name(cfg, pool))
+    return tuple(folder / f"{n}.parquet" for n in ("solutions", "solutions_quarantine", "solution_pools"))
+
+
 def export_dir(ws: io.Workspace, pool: str, cfg: SolutionsConfig) -> Path:
     """Where the SFT dataset goes: ``export``, else ``<home>/solutions/<name | selection | pool>/``."""
     if cfg.export:
         return Path(cfg.export).expanduser().resolve()
     return ws.root / "solutions" / (cfg.name or cfg.selection or pool)
+
+
+def export_key(ws: io.Workspace, out_dir: Path) -> str:
+    """The export folder as the set's manifest records its owner: relative to the workspace when inside it (a moved
+    workspace keeps its sets), else absolute."""
+    return str(out_dir.relative_to(ws.root)) if out_dir.is_relative_to(ws.root) else str(out_dir)
+
+
+def _check_owner(out_path: Path, key: str, name: str, pool: str) -> None:
+    """Refuse to replace a set whose tables were exported to another folder: two recipes gave their sets one name
+    (a re-run of the same set, with any other setting changed, exports to the same folder and goes on)."""
+    from curate.manifest import read_manifest
+
+    before = ((read_manifest(out_path) or {}).get("extra") or {}).get("export")
+    if before and before != key:
+        raise InputError(
+            f"solution set {name!r} of pool {pool!r} was exported to {before}, and this one exports to {key}; "
+            "give this recipe its own `solutions.name` (or --force to replace that set)"
+        )
 
 
 # --------------------------------------------------------------------------------------------------- pools
@@ -159,8 +193,10 @@ def solutions(
         state, rounds, teacher_samples = fill_with_teacher(ws, pool, problems, checker, cfg, progress)
         if rounds:
             stats.refresh_stats(ws, pool)
-    out_path, q_path, pools_path = (ws.table(pool, n) for n in ("solutions", "solutions_quarantine", "solution_pools"))
+    out_path, q_path, pools_path = set_tables(ws, pool, cfg)
     out_dir = export_dir(ws, pool, cfg)
+    if not force:
+        _check_owner(out_path, export_key(ws, out_dir), set_name(cfg, pool), pool)
     inputs = [ws.require_pool(pool), *ledger.files(ws, pool)]
     if cfg.selection:
         inputs.append(selection_path(ws, cfg.selection))
@@ -178,6 +214,7 @@ def solutions(
         pools = problem_pools(ids, state.kept, rates, spent, cfg)
         extra = {
             "pool": pool,
+            "set": set_name(cfg, pool),
             "selection": cfg.selection,
             "excluded": excluded,
             "pass_rate_source": rate_source,
@@ -187,7 +224,7 @@ def solutions(
         }
         summary = summarize(state.kept, state.drops, pools, state.cands, cfg, extra)
         export_mod.write_export(
-            ws, pool, cfg, problems, state.kept, summary, out_dir,
+            ws, pool, cfg, problems, state.kept, summary, out_dir, table=out_path,
             selection_file=selection_path(ws, cfg.selection) if cfg.selection else None,
             teacher_run=teacher_run_id(cfg),
         )  # fmt: skip
@@ -201,6 +238,7 @@ def solutions(
             rows_in=state.cands.height,
             rows_out=state.kept.height,
             drops=summary["drops"],
+            extra={"export": export_key(ws, out_dir)},  # the set's owner (``_check_owner``)
         )
 
     outputs = [out_path, q_path, pools_path, out_dir / export_mod.SFT_FILE]

@@ -42,10 +42,20 @@ def test_a_model_folder_that_does_not_exist_is_not_called_a_hub_id(tmp_path, cap
     assert "is not a model folder (no config.json)" in _one_line(capsys)
 
 
+def _model_folder(folder, hidden_size: int = 8):
+    """A small model folder as one downloaded from a hub holds it: config.json and model.safetensors, no files.json."""
+    from safetensors.torch import save_file
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=32, hidden_size=hidden_size, intermediate_size=16, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)  # fmt: skip
+    config.save_pretrained(folder)
+    save_file(Qwen2ForCausalLM(config).state_dict(), str(folder / "model.safetensors"))  # no progress bar
+    return folder
+
+
 def test_missing_sft_and_rl_inputs(tmp_path, capsys):
-    model = tmp_path / "m"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
+    model = _model_folder(tmp_path / "m")
     assert (
         main(["sft", "--model", str(model), "--data", str(tmp_path / "no.parquet"), "--out", str(tmp_path / "o")]) == 2
     )
@@ -111,6 +121,36 @@ def test_training_run_checks_its_model_folder_before_curation(tmp_path, capsys):
     assert not (tmp_path / "ws" / "pools").exists()  # nothing curated: the model is checked first
 
 
+def test_a_model_folder_without_weights_or_with_another_config_is_one_line_before_curation(tmp_path, capsys):
+    """Issue 38.5: a model folder without the project's files.json (downloaded or copied) with no weights file, or
+    with a config.json that does not match its weights (hidden_size doubled), was a raw traceback 62-102 s in, after
+    curation. Both are one line at load, exit 2, before anything is curated."""
+    import json
+
+    from tests.tiny_chain import write_tiny_chain
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.json").write_text((_model_folder(tmp_path / "ok") / "config.json").read_text())
+    wider = _model_folder(tmp_path / "wider")
+    config = json.loads((wider / "config.json").read_text())
+    (wider / "config.json").write_text(json.dumps({**config, "hidden_size": 16}))
+    expected = {
+        empty: "is damaged: no weights file (model.safetensors",
+        wider: "is damaged: config.json does not match the weights: model.safetensors holds lm_head.weight of "
+        "shape [32, 8], the model config.json describes has [32, 16]",
+    }
+    for model, message in expected.items():
+        home = tmp_path / f"ws-{model.name}"
+        home.mkdir()
+        recipe = write_tiny_chain(home, model=str(model))
+        assert main(["run", "--recipe", str(recipe), "--home", str(home)]) == 2
+        assert message in _one_line(capsys)
+        assert not (home / "pools").exists()  # nothing curated: the model is checked first
+        assert main(["eval", str(model), "--pool", "p", "--home", str(home)]) == 2
+        assert message in _one_line(capsys)
+
+
 def test_every_verb_fails_through_run_app_alone(tmp_path, capsys):
     """One home for error printing (issue 31.2): no verb catches its own errors; each user error is a ``CurateError``
     that ``curate.console.run_app`` prints as one line with exit 2."""
@@ -120,9 +160,7 @@ def test_every_verb_fails_through_run_app_alone(tmp_path, capsys):
     from curate import io
 
     assert "except " not in inspect.getsource(training.cli)  # no `except X:` of its own
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
+    model = _model_folder(tmp_path / "model")
     io.write_parquet(pl.DataFrame({"problem_id": ["a"], "problem": ["1+1"], "answer": ["2"], "split": ["train"]}),
                      tmp_path / "ws" / "pools" / "p" / "problems.parquet")  # fmt: skip
     (tmp_path / "one.csv").write_text("compute,pass_at_1\n1,0.5\n")
@@ -137,6 +175,33 @@ def test_every_verb_fails_through_run_app_alone(tmp_path, capsys):
         assert message in _one_line(capsys), args
 
 
+def test_bad_sft_data_is_one_line_before_the_model_is_built(tmp_path, capsys):
+    """Issue 38.6: SFT data with 0 rows, without prompt/completion, or not Parquet was found 4-5 minutes in, inside
+    the SFT step (its traceback echoed). `training run` now checks it when it pins it, before the starting model is
+    built or evaluated; `training sft` before it loads the model. One line, exit 2."""
+    from curate import io
+    from tests.tiny_model import problems_frame
+
+    home = tmp_path / "ws"
+    pool = problems_frame([("Compute 1 + 1.", "2")], split="test")
+    io.write_parquet(pool, home / "pools" / "p" / "problems.parquet")
+    row = {"prompt": [[{"role": "user", "content": "1+1"}]], "completion": [[{"role": "assistant", "content": "2"}]]}
+    bad = {"empty.parquet": "has no rows", "columns.parquet": "has no prompt and no completion column",
+           "text.parquet": "is not a Parquet file"}  # fmt: skip
+    pl.DataFrame(row).head(0).write_parquet(tmp_path / "empty.parquet")
+    pl.DataFrame({"question": ["1+1"], "answer": ["2"]}).write_parquet(tmp_path / "columns.parquet")
+    (tmp_path / "text.parquet").write_text('{"prompt": "1+1", "completion": "2"}\n')
+    for name, message in bad.items():
+        data = tmp_path / name
+        recipe = tmp_path / f"{name}.yaml"
+        recipe.write_text(yaml.safe_dump({"name": name, "pool": "p", "model": "tiny", "sft": {"data": str(data)}}))
+        assert main(["run", "--recipe", str(recipe), "--home", str(home)]) == 2
+        assert f"sft.data {data} {message}" in _one_line(capsys)
+        assert not (home / "runs" / name / "init").exists()  # no model was built
+        assert main(["sft", "--data", str(data), "--out", str(tmp_path / "o"), "--model", "nothere/x"]) == 2
+        assert f"SFT data {data} {message}" in _one_line(capsys)
+
+
 def test_training_run_recipe_errors_before_any_work(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: r\npool: p\nrl: {learning_rate: 1e-4\n")  # unclosed mapping
@@ -149,6 +214,27 @@ def test_training_run_recipe_errors_before_any_work(tmp_path, capsys):
         assert main(["run", "--recipe", str(good), "--home", str(tmp_path / "ws"), "--set", key]) == 2
         assert _one_line(capsys).startswith("error:")
     assert not (tmp_path / "ws" / "runs").exists()  # nothing was written: the recipe failed before any work
+
+
+def test_a_misplaced_key_names_its_section_and_rl_sampler_seed_has_one_rule_everywhere(tmp_path, capsys):
+    """Issue 38.8: a top-level `report_to` got no hint that it belongs under rl./sft.; `rl.sampler.seed` in a recipe
+    was overwritten by rl.seed without a word, while the same key under `stages.<name>` or in `training rl` was
+    rejected. One validator (RLConfig.check_mapping) now serves every path."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({"name": "r", "pool": "p", "train": "x.parquet"}))
+    cases = {
+        "report_to=tensorboard": "unknown key 'report_to' in recipe: it is a section's setting: sft.report_to, "
+        "rl.report_to (stages.<name>.report_to: one RL stage's)",
+        "rl.sampler.seed=5": "set rl.seed, not rl.sampler.seed (the curriculum takes the stage's seed)",
+        "stages.stage1.sampler.seed=5": "set stages.stage1.seed, not stages.stage1.sampler.seed",
+    }
+    for key, message in cases.items():
+        assert main(["run", "--recipe", str(recipe), "--home", str(tmp_path / "ws"), "--set", key]) == 2
+        assert message in _one_line(capsys), key
+    args = ["rl", "--model", "x/y", "--train", str(tmp_path / "t.parquet"), "--out", str(tmp_path / "o")]
+    assert main([*args, "--set", "sampler.seed=5"]) == 2
+    assert "set rl.seed, not rl.sampler.seed" in _one_line(capsys)
+    assert not (tmp_path / "ws" / "runs").exists()
 
 
 def test_what_failed_after_curation_sft_and_measure_fails_at_load_naming_the_key(tmp_path, capsys, monkeypatch):

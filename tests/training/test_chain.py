@@ -115,6 +115,12 @@ if os.environ.get("STAND_IN") == "die":
     os.kill(os.getpid(), signal.SIGKILL)
 if os.environ.get("STAND_IN") == "sigint":
     os.kill(os.getpid(), signal.SIGINT)
+if os.environ.get("STAND_IN") == "full":  # a full disk while saving, and again while handling it
+    print("sft step 5/10: loss=0.1", flush=True)
+    try:
+        raise OSError(28, "No space left on device", str(spec.parent / "checkpoint-5" / "model.safetensors"))
+    except OSError:
+        raise OSError(28, "No space left on device", str(spec.parent / "checkpoint-5" / "trainer_state.json"))
 if os.environ.get("STAND_IN") == "done":
     spec.with_name("step_result.json").write_text('{"ok": true}')
     sys.exit(0)
@@ -148,6 +154,21 @@ def test_a_failed_step_is_one_line_with_its_exit_code_and_log(tmp_path, monkeypa
     assert f"its log: {log}" in message and "stand-in step started" in log.read_text()
     assert "stand-in step started" in capsys.readouterr().err  # the step's output on stderr, never stdout
     assert err.value.exit_code == 1  # the CLI prints the line and exits 1 (not a user error)
+
+
+def test_a_full_disk_in_a_step_is_one_line_and_its_tracebacks_stay_in_the_log(tmp_path, monkeypatch, capsys):
+    """Issue 38.7: a full disk during a step echoed its two tracebacks (38-44 lines) above the one clear line. Now
+    the terminal gets the step's own lines and that one line, which names the error; step.log keeps both."""
+    script = tmp_path / "step.py"
+    script.write_text(STAND_IN)
+    monkeypatch.setenv("STAND_IN", "full")
+    with pytest.raises(StepFailed) as err:
+        run_step({"kind": "sft", "out": str(tmp_path / "sft")}, launch=[sys.executable, str(script)])
+    state = tmp_path / "sft" / "checkpoint-5" / "trainer_state.json"
+    assert f"exited with code 1 (OSError: [Errno 28] No space left on device: '{state}'); its log:" in str(err.value)
+    assert capsys.readouterr().err == "stand-in step started\nsft step 5/10: loss=0.1\n"
+    log = (tmp_path / "sft" / "step.log").read_text()
+    assert log.count("Traceback (most recent call last):") == 2 and "During handling of the above" in log
 
 
 def test_a_step_ended_by_ctrl_c_is_an_interrupt_not_a_failure(tmp_path, monkeypatch):

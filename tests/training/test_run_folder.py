@@ -53,7 +53,22 @@ def test_the_newest_whole_checkpoint_is_used_and_a_damaged_one_set_aside(tmp_pat
         f.truncate(10)
     assert rf.last_checkpoint(root, required=(rf.SAMPLER_STATE,)) == root / "checkpoint-2"
     assert not newest.exists() and (root / "bad-checkpoint-4" / "model.safetensors").is_file()
-    assert f"checkpoint-4 is damaged (model.safetensors has 10 bytes, {size} were written)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"checkpoint-4 is damaged (model.safetensors has 10 bytes, {size} were written)" in err
+    assert "set aside as bad-checkpoint-4, going back to checkpoint-2" in err
+
+
+def test_a_damaged_only_checkpoint_says_the_stage_starts_again_from_step_0(tmp_path, capsys):
+    """Issue 38.8: a damaged only checkpoint said "using the previous checkpoint" when there was none (the stage
+    restarted from step 0). One killed while saving (no record) does not count as one to go back to."""
+    root = tmp_path / "checkpoints"
+    _checkpoint(root, 1, record=False)
+    only = _checkpoint(root, 2)
+    _overwrite(only / "model.safetensors", 200, b"\xff" * 4)
+    assert rf.last_checkpoint(root, required=(rf.SAMPLER_STATE,)) is None
+    err = capsys.readouterr().err
+    assert "set aside as bad-checkpoint-2, no checkpoint before it: training starts at step 0" in err
+    assert "previous checkpoint" not in err and len(err.strip().splitlines()) == 1
 
 
 def test_bytes_changed_in_place_set_a_checkpoint_aside(tmp_path, capsys):

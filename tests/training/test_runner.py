@@ -94,12 +94,16 @@ def test_decision_stops_only_when_a_pinned_asymptote_is_within_the_margin_of_the
 
 
 def test_recipe_decide_section_is_strict_down_to_the_curate_sections(tmp_path):
-    good = {"name": "r", "pool": "p", "curriculum": "c",
+    good = {"name": "r", "pool": "p", "curriculum": "c", "eval": {"split": "validation"},
             "decide": {"stop_margin": 0.01, "coscale_iterations": 2, "rollout": {"n": 4, "max_tokens": 64},
                        "solutions": {"k": 2, "unsolvable_below": 0.1}}}  # fmt: skip
     path = tmp_path / "r.yaml"
     path.write_text(yaml.safe_dump(good))
     assert load_recipe(path).decide.coscale_iterations == 2
+    # issue 38.3: `decide` fits the eval curve, so with the default eval.split (test) it would choose on the test split
+    path.write_text(yaml.safe_dump({k: v for k, v in good.items() if k != "eval"}))
+    with pytest.raises(ConfigError, match=r"`decide` chooses on the eval curve, and eval.split is test"):
+        load_recipe(path)
     bad_sections = (
         {"stop_margn": 0.01},  # a typo in the section
         {"rollout": {"nn": 4}},  # a typo in the curate rollout settings
@@ -195,18 +199,18 @@ def test_chain_control_flow_stops_a_pass_and_runs_coscale_iterations_up_to_the_b
     from curate import io
     from curate import schema as S
     from training.chain import ChainState
-    from training.recipe import DecideSection, RunRecipe
+    from training.recipe import DecideSection, EvalSection, RunRecipe
     from training.runner import run_chain
 
     ws = tmp_path / "ws"
     problems = pl.DataFrame({S.PROBLEM_ID: ["a", "b", "c"], S.PROBLEM: ["1+1", "2+2", "3+3"],
-                             S.ANSWER: ["2", "4", "6"], S.SPLIT: ["train", "train", "test"]})  # fmt: skip
+                             S.ANSWER: ["2", "4", "6"], S.SPLIT: ["train", "train", "validation"]})  # fmt: skip
     io.write_parquet(problems, ws / "pools" / "t" / "problems.parquet")
     plan = {"stages": [{"stage": "stage1", "shard": "stage1.parquet", "rows": 1},
                        {"stage": "stage2", "shard": "stage2.parquet", "rows": 1}]}  # fmt: skip
     io.write_json(ws / "curricula" / "c" / "plan.json", plan)
     recipe = RunRecipe(name="r", pool="t", curriculum="c", rl=RLConfig(loss_type="cispo"),
-                       decide=DecideSection(coscale_iterations=2))  # fmt: skip
+                       decide=DecideSection(coscale_iterations=2), eval=EvalSection(split="validation"))  # fmt: skip
     actions = iter(["stop", "continue", "continue"])
     calls = []
 
@@ -318,7 +322,7 @@ def test_coscale_iteration_remeasures_adds_sft_on_unsolvable_and_trains_rl_on_so
     }
     recipe_path = write_tiny_chain(
         tmp_path, name="cs", rl=rl, stages={"stage1": {"max_steps": 1}}, only_stages=["stage1"],
-        eval={"k": 1, "limit": 4, "max_new_tokens": 32},
+        eval={"k": 1, "limit": 4, "max_new_tokens": 32, "split": "validation"},  # decide never reads the test split
         # pass rate 0 counts as solvable (unsolvable_below 0); the problems left unmeasured (limit) are unsolvable
         decide={"coscale_iterations": 1, "rollout": {"n": 1, "max_tokens": 16, "limit": 30},
                 "solutions": {"unsolvable_below": 0.0}},

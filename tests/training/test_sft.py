@@ -177,12 +177,15 @@ def test_a_checkpoint_damaged_in_place_is_set_aside_and_the_final_model_is_the_u
     assert len(damaged) == 1 and "checkpoint-10 is damaged" in damaged[0] and "bad-checkpoint-10" in damaged[0]
     assert not [w for w in warned if "missing keys" in w]  # tied embeddings load once: no warning (issue 30.7)
     assert again["resumed_from"].endswith("checkpoint-8") and again["steps"] == 10
+    # the loss mean of a resumed run covers the steps it trained, and says which (issue 38.8)
+    assert ref["train_loss_mean_steps"] == [1, 10] and again["train_loss_mean_steps"] == [9, 10]
     assert _same(_weights(out / "final"), _weights(tmp_path / "ref" / "final"))
 
     with (out / "final" / "model.safetensors").open("r+b") as f:  # the final model truncated after the run
         f.truncate(100)
     third = train_sft(cfg, model=str(tiny), data=rows_file, out_dir=out)
     assert third["steps"] == 10 and third["resumed_from"].endswith("checkpoint-10")
+    assert third["train_loss_mean"] is None and third["train_loss_mean_steps"] is None  # nothing was trained
     assert not (out / "checkpoints" / "checkpoint-11").exists()
     assert _same(_weights(out / "final"), _weights(tmp_path / "ref" / "final"))
     assert json.loads((out / "metrics.json").read_text())["steps"] == 10

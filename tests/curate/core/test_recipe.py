@@ -76,6 +76,15 @@ def test_curate_run_rejects_the_typo_before_any_work(ws, tmp_path, capsys, where
     assert not (ws.root / "pools").exists()  # nothing was ingested: the check came first
 
 
+def test_a_misspelled_stage_on_the_command_line_gets_a_suggestion_before_any_work(ws, tmp_path, capsys):
+    """Issue 38.8: `curate run --stage selcet` had no "did you mean", while every other misspelling has one."""
+    path = write(tmp_path, recipe_data())
+    assert main(["run", "--recipe", str(path), "--stage", "ingest", "--stage", "selcet"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "stage(s) 'selcet' (did you mean 'select'?) are not in the recipe's stages" in err
+    assert "Traceback" not in err and not (ws.root / "pools").exists()
+
+
 def test_the_demo_recipe_is_valid_and_typed():
     recipe = pipeline.load_recipe(Path(__file__).resolve().parents[3] / "datasets" / "demo" / "recipe.yaml")
     typed = pipeline.sections(recipe)

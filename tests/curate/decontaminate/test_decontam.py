@@ -143,6 +143,40 @@ def test_a_reworded_copy_of_a_short_item_is_found_and_its_siblings_are_not():
     assert not old[S.CONTAMINATED].any()  # the whole item as one n-gram: what missed it
 
 
+def test_copies_typed_another_way_or_with_a_wrong_gold_are_leaks_and_siblings_are_not():
+    """Issue 38.2: a copy typed with a Unicode minus (U+2212), an en dash, a times sign or a middle dot, full-width
+    digits or a thin space was missed (bench/bench_leaks.py: 42 of 300 minus copies found before, 300 now); a
+    reworded copy whose gold is a typo of the benchmark's was never flagged (0 of 300; now 300), since the answers
+    had to agree. It is quarantined with both golds named. Template siblings (another number, another sign) stay."""
+    from curate.decontaminate.stage import quarantine_rows, run
+
+    bench = table(
+        [("Compute $9 - 2 + 8 - 4$.", "11", "gen/test"), (r"Compute $(9 - 2) \times 6 + 5$.", "47", "gen/test"),
+         ("Compute $7 + 3 - 5 + 2 - 1$.", "6", "gen/test")],
+        "test",
+    )  # fmt: skip
+    copies = [
+        ("Compute $9 \u2212 2 + 8 \u2212 4$.", "11"),  # U+2212
+        ("Compute $\uff19 \u2013 2 + 8\u2009-\u00a04$.", "11"),  # full-width 9, en dash, thin and no-break spaces
+        ("Compute $(9 - 2) \u00d7 6 + 5$.", "47"),  # U+00D7
+        ("Compute $(9 - 2) \u00b7 6 + 5$.", "47"),  # U+00B7
+        (r"Compute $(9 - 2) \cdot 6 + 5$.", "47"),
+        ("What is the value of $7 + 3 - 5 + 2 - 1$?", "60"),  # reworded, with a typo'd gold
+    ]
+    siblings = [  # another number, another sign, one operation fewer
+        ("Compute $9 - 2 + 8 - 5$.", "10"), ("Compute $9 + 2 + 8 - 4$.", "15"), ("What is $7 + 3 - 5 + 2$?", "7")
+    ]  # fmt: skip
+    train = table([(p, a, "t") for p, a in copies + siblings], "train")
+    cfg = DecontamConfig(use_embeddings=False, dedup=DedupConfig(enabled=False))
+    filters, duplicates, _ = run(train, bench, cfg)
+    flagged = set(filters.filter(pl.col(S.CONTAMINATED))[S.PROBLEM_ID])
+    assert flagged == {S.problem_id(p) for p, _ in copies}
+    q = quarantine_rows(train, filters, duplicates, bench)
+    detail = q.filter(pl.col(S.PROBLEM_ID) == S.problem_id(copies[-1][0]))[S.DETAIL].item()
+    assert "its gold '60' differs from the benchmark's '6'" in detail
+    assert not q.filter(pl.col(S.PROBLEM_ID) == S.problem_id(copies[0][0]))[S.DETAIL].item().count("gold")
+
+
 def test_near_duplicates_by_text_need_no_encoder():
     """``dedup.text``: the same problem reworded (same numbers, same answer) is one cluster, template siblings are
     not, with the encoder off (a reworded arithmetic chain scores a cosine under MiniLM's 0.95)."""

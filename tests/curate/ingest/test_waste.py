@@ -13,6 +13,7 @@ from curate import schema as S
 from curate.errors import ConfigError, InputError
 from curate.ingest.generate import generate, parse_uri
 from curate.ingest.waste import step_list, steps
+from tests.conftest import REPO
 
 
 ARITH = dict(family="arith", min_level=1, max_level=1, min_ops=1, max_ops=6)
@@ -169,3 +170,26 @@ def test_curation_sees_the_waste_counts_reconcile_and_checked_solutions_drop_the
     solved = set(sft[S.PROBLEM_ID])
     conflicted = set(quarantine.filter(pl.col(S.DROP_REASON) == "duplicate_conflict")[S.PROBLEM_ID].drop_nulls())
     assert set(problems[S.PROBLEM_ID]) - wrong - conflicted <= solved  # and every right one kept
+
+
+@pytest.mark.slow
+def test_readme_quotes_the_raw_sft_sets_waste_as_the_pool_holds_it(tmp_path):
+    """Issue 38.4: the README called the raw SFT set's 13.6% "traces that box a wrong answer". By the built-in pool's
+    ground truth (meta ``waste``) 537 of its 6,017 traces are wrong (8.9%); the 13.6% (817 rows) is disagreement
+    with the gold, 287 of those rows right traces under a wrong gold. The README (and bench/README.md) say both,
+    and these are the figures the pool holds."""
+    ws = io.Workspace(tmp_path / "ws")
+    recipe = config.load_recipe(REPO / "datasets" / "tiny" / "raw.yaml", {"stages": ["ingest", "solutions"]})
+    pipeline.run_recipe(recipe, ws)
+    problems = io.read_parquet(ws.table("tiny", "problems")).filter(pl.col(S.SOURCE) == "tiny/sft")
+    waste = dict(zip(problems[S.PROBLEM_ID], (json.loads(m).get("waste", {}) for m in problems[S.META]), strict=True))
+    sft = pl.read_parquet(ws.root / "solutions" / "tiny-raw" / "sft.parquet")
+    against_gold = sft.filter(pl.col(S.VERDICT) != "correct")[S.PROBLEM_ID].to_list()
+    wrong = sum("trace" in w for w in waste.values())
+    right_under_wrong_gold = sum("trace" not in waste[p] for p in against_gold)
+    assert (sft.height, wrong, len(against_gold), right_under_wrong_gold) == (6017, 537, 817, 287)
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert "537 of 6,017 are wrong (8.9%) and 817 (13.6%) disagree with their gold, 287 of them right traces" in readme
+    assert "13.6% of traces that box a wrong answer" not in readme
+    bench_readme = " ".join((REPO / "bench" / "README.md").read_text().split())
+    assert "537 of 6,017 are wrong, 8.9%, and 817, 13.6%, disagree with their gold, 287 of them" in bench_readme

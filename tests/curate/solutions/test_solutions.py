@@ -176,8 +176,8 @@ def test_ledger_solutions_filtered_deduplicated_exported(ws):
     )
     cfg = st.SolutionsConfig(k=3, max_chars=400, student="student", verify_workers=1)
     result = st.solutions(ws, "p", cfg)
-    kept = io.read_parquet(ws.table("p", "solutions"), S.SOLUTIONS)
-    drops = io.read_parquet(ws.table("p", "solutions_quarantine"), S.SOLUTIONS_QUARANTINE)
+    kept = io.read_parquet(ws.solution_set_dir("p", "p") / "solutions.parquet", S.SOLUTIONS)
+    drops = io.read_parquet(ws.solution_set_dir("p", "p") / "solutions_quarantine.parquet", S.SOLUTIONS_QUARANTINE)
     by_problem = kept.group_by(S.PROBLEM_ID).agg(pl.col(S.TEXT), pl.col(S.ORIGIN)).rows_by_key(S.PROBLEM_ID)
     texts19, origins19 = by_problem[p19][0]
     assert origins19 == ["imported", "ledger", "ledger"] and texts19[1:] == [GOOD, OTHER]
@@ -202,7 +202,11 @@ def test_ledger_solutions_filtered_deduplicated_exported(ws):
         "wrong_answer": 1,
     }
     # pools from the student's pass rate: p19 8/9 correct flags (solved), p10 1/2 (solvable), p7 no rows (unsolvable)
-    pools = dict(io.read_parquet(ws.table("p", "solution_pools")).select(S.PROBLEM_ID, S.COSCALE_POOL).iter_rows())
+    pools = dict(
+        io.read_parquet(ws.solution_set_dir("p", "p") / "solution_pools.parquet")
+        .select(S.PROBLEM_ID, S.COSCALE_POOL)
+        .iter_rows()
+    )
     assert pools == {p19: "solved", p10: "solvable", p7: "unsolvable"} and s["pass_rate_source"] == "ledger:student"
 
     # the export: one row per kept solution (K = 3), prompts exactly as the RL prompts, lineage and card
@@ -222,7 +226,9 @@ def test_ledger_solutions_filtered_deduplicated_exported(ws):
     assert "K = 3" in (out / "README.md").read_text()
 
     # re-running is a no-op; a smaller K exports fewer rows from the same table
-    before = {p: p.stat().st_mtime_ns for p in [ws.table("p", "solutions"), out / "sft.parquet"]}
+    before = {
+        p: p.stat().st_mtime_ns for p in [ws.solution_set_dir("p", "p") / "solutions.parquet", out / "sft.parquet"]
+    }
     again = st.solutions(ws, "p", cfg)
     assert again.skipped and again.summary["kept"] == s["kept"]
     assert {p: p.stat().st_mtime_ns for p in before} == before
@@ -264,6 +270,50 @@ def test_card_states_what_was_checked_and_the_measured_share_of_wrong_answers(ws
     assert "Dropped: wrong answers" in card.text and "None" not in card.text
 
 
+def test_two_recipes_on_one_pool_keep_their_own_solution_sets(ws, capsys):
+    """Issue 38.1: `curate run -r datasets/tiny/raw.yaml` replaced the curated recipe's pool tables (`curate show`
+    then reported the raw, unverified set). Each set has its own tables: the curated one is untouched (its re-run
+    is skipped), `curate show` lists both, and a third recipe that reuses a set's name for another export is
+    refused with one line."""
+    from curate import config, pipeline
+    from curate.cli import main
+    from curate.errors import InputError
+
+    problems = [("Compute 12 + 7.", "19"), ("Compute 5 + 5.", "10")]
+    p19, p10 = (S.problem_id(q) for q, _ in problems)
+    write_pool(ws, "p", problems)
+    write_part(ws, "p", "teacher", "a", [
+        {S.PROBLEM_ID: p19, S.COMPLETION: GOOD},
+        {S.PROBLEM_ID: p10, S.COMPLETION: "Five and five: 5 + 5 = 11, so \\boxed{11}."},
+    ])  # fmt: skip
+
+    def recipe(name: str, solutions: dict) -> config.Recipe:
+        return config.recipe_from_mapping(
+            {"name": name, "pool": "p", "stages": ["solutions"], "verify": {"workers": 1}, "solutions": solutions}
+        )
+
+    curated = recipe("curated", {"k": 1})
+    first = pipeline.run_stage("solutions", ws, curated)
+    pipeline.run_stage("solutions", ws, recipe("raw", {"k": 1, "recheck": False, "name": "p-raw"}))
+    curated_table = ws.solution_set_dir("p", "p") / "solutions.parquet"
+    assert io.read_parquet(curated_table, S.SOLUTIONS)[S.PROBLEM_ID].to_list() == [p19]  # the wrong trace is out
+    assert io.read_parquet(ws.solution_set_dir("p", "p-raw") / "solutions.parquet").height == 2
+    again = pipeline.run_stage("solutions", ws, curated)
+    assert again.skipped and again.summary["kept"] == first.summary["kept"] == 1
+    lineage = json.loads((ws.root / "solutions" / "p" / "lineage.json").read_text())
+    assert lineage["solutions_table"]["path"] == str(curated_table)
+
+    capsys.readouterr()
+    assert main(["show", "p", "--json"]) == 0
+    shown = {s["set"]: s["solutions"] for s in json.loads(capsys.readouterr().out)["solution_sets"]}
+    assert shown == {"p": 1, "p-raw": 2}
+
+    elsewhere = recipe("other", {"k": 1, "name": "p-raw", "export": str(ws.root / "elsewhere")})
+    with pytest.raises(InputError, match=r"solution set 'p-raw' of pool 'p' was exported to .*solutions.name"):
+        pipeline.run_stage("solutions", ws, elsewhere)
+    assert io.read_parquet(ws.solution_set_dir("p", "p-raw") / "solutions.parquet").height == 2  # untouched
+
+
 def test_selection_scope_cli_and_show(ws, capsys):
     from curate.cli import main
 
@@ -282,7 +332,12 @@ def test_selection_scope_cli_and_show(ws, capsys):
     assert sft.height == 20 and sft[S.PROBLEM_ID].n_unique() == 10  # the first K = 2 of each
     assert main(["show", "g", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
-    assert shown["solutions_per_problem"] == {"4": 10} and shown["coscale_pools"] == {"unsolvable": 10}
+    (few,) = shown["solution_sets"]
+    assert (
+        few["set"] == "few"
+        and few["solutions_per_problem"] == {"4": 10}
+        and few["coscale_pools"] == {"unsolvable": 10}
+    )
     assert main(["solutions", "--pool", "g", "--selection", "nope"]) == 2
     assert "not found" in capsys.readouterr().err
 
@@ -398,7 +453,7 @@ def test_teacher_fills_to_k_and_spent_budget_fails(ws):
         n_requests = len(server.requests)
         again = st.solutions(ws, "p", teacher_cfg(server.url, shard_size=64))
         assert again.skipped and len(server.requests) == n_requests  # re-running asks the teacher for nothing
-    pools = io.read_parquet(ws.table("p", "solution_pools"), S.SOLUTION_POOLS)
+    pools = io.read_parquet(ws.solution_set_dir("p", "p") / "solution_pools.parquet", S.SOLUTION_POOLS)
     rows = {S.problem_id(q): q for q, _ in TEACHER_PROBLEMS}
     reached = 0
     for pid, n_sol, spent, pool in pools.select(
@@ -417,12 +472,12 @@ def test_teacher_fills_to_k_and_spent_budget_fails(ws):
     assert len(keys) == len(set(keys)) == int(pools[S.TEACHER_SAMPLES].sum())
     led = ledger.read(ws, "p", "teacher")
     assert led[S.RUN_ID].str.starts_with("teacher-").all() and set(led[S.BACKEND]) == {"openai"}
-    drops = io.read_parquet(ws.table("p", "solutions_quarantine"))
+    drops = io.read_parquet(ws.solution_set_dir("p", "p") / "solutions_quarantine.parquet")
     assert drops.height and set(drops[S.DROP_REASON]) <= {"duplicate", "answer_leak"}  # the scripted repeats
     s = result.summary
     assert s["coscale_pools"]["failed"] == 6 - reached and s["teacher"]["samples_total"] == len(keys)
     assert s["kept_by_origin"]["reference"] == 1  # the reference counts toward K
-    kept = io.read_parquet(ws.table("p", "solutions"), S.SOLUTIONS)
+    kept = io.read_parquet(ws.solution_set_dir("p", "p") / "solutions.parquet", S.SOLUTIONS)
     assert kept.filter(pl.col(S.ORIGIN) == "teacher")[S.MODEL].unique().to_list() == ["teacher"]
     lineage = json.loads((ws.root / "solutions" / "p" / "lineage.json").read_text())
     assert lineage["teacher"]["run_id"] == st.teacher_run_id(teacher_cfg("x")) and lineage["teacher"]["budget"] == 8
@@ -457,12 +512,13 @@ def test_sigkill_during_teacher_loop_resumes_without_duplicates(tmp_path):
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         written = len(ledger.files(killed, "p", "teacher"))
-        assert written >= 3 and not (killed.table("p", "solutions")).is_file()  # killed mid-loop
+        table = killed.solution_set_dir("p", "p") / "solutions.parquet"
+        assert written >= 3 and not table.is_file()  # killed mid-loop
         server.delay_s = 0.0
         st.solutions(killed, "p", teacher_cfg(server.url))
         st.solutions(clean, "p", teacher_cfg(server.url))
     keys = raw_keys(killed, "p")
     assert len(keys) == len(set(keys))  # no sample drawn twice
     assert sorted(keys) == sorted(raw_keys(clean, "p"))  # the same samples as a run never killed
-    tables = [io.read_parquet(w.table("p", "solutions"), S.SOLUTIONS) for w in (killed, clean)]
+    tables = [io.read_parquet(w.solution_set_dir("p", "p") / "solutions.parquet") for w in (killed, clean)]
     assert tables[0].equals(tables[1])
