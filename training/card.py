@@ -209,6 +209,15 @@ def record_evaluation(model_dir: str | Path, evaluation: Mapping[str, Any]) -> P
     return _write(model_dir, lineage)
 
 
+def record_choice(model_dir: str | Path, choice: Mapping[str, Any]) -> Path:
+    """Say in a model folder's ``lineage.json`` and card how it was chosen among a run's checkpoints
+    (``training.choose``: the step, of how many, the validation pass@1 that chose it); returns the card's path."""
+    model_dir = Path(model_dir)
+    lineage = read_lineage(model_dir)
+    lineage["chosen"] = _jsonable(dict(choice))
+    return _write(model_dir, lineage)
+
+
 def _write(model_dir: Path, lineage: dict[str, Any]) -> Path:
     io.write_json(model_dir / LINEAGE, lineage)
     write_generation_config(model_dir, max_new_tokens(lineage))
@@ -323,6 +332,10 @@ def render_card(
         facts.append("Base model: none; the chain starts from a random initialisation (no pretraining)")
     if lineage.get("evaluation"):
         facts.append(f"Held-out pass@1: {_eval_text(lineage['evaluation'])}")
+    if chosen := lineage.get("chosen"):
+        facts.append(f"Chosen on the {chosen['split']} split: step {chosen['step']} of {chosen['steps']}, pass@1 "
+                     f"{_num(chosen['pass_at_1'])} ± {_num(chosen['stderr'])} ({chosen['n_problems']} problems x "
+                     f"{chosen['k']}), the best of {chosen['candidates']} checkpoints evaluated there")  # fmt: skip
     facts.append(f"Task: {pool['task']}, answered step by step, the final answer in `\\boxed{{}}`")
     facts.append(f"Training data licence: {pool['licences']}; on the Hub: {', '.join(pool['datasets']) or 'none'}")
     keys = [k for k in _DATA_ORDER if k in data] + [k for k in data if k not in _DATA_ORDER]

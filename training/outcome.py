@@ -142,7 +142,9 @@ def zero_variance(run: Run) -> dict[str, Any]:
     import polars as pl
 
     note = run.chain().note("measure", "sft") or {}
-    forecast = run.chain().note("forecast", "sft")  # from fresh samples of the selection (``runner.forecast_waste``)
+    forecast = run.chain().note(
+        "forecast", "sft"
+    )  # from fresh samples of the selection (``training.measure.forecast_waste``)
     if not (forecast and forecast.get("share") is not None):  # a run measured before it existed: the selection's own
         forecast = ((note.get("select") or {}).get("zero_variance_forecast") or {}).get("selection")
     kept = groups = 0.0

@@ -80,11 +80,39 @@ class PlanScale:
 
 
 @dataclass(frozen=True)
+class SFTValidation:
+    """``sft.validation``: the SFT model is the checkpoint that scores best on the validation split, not the last one
+    (issue 36.2; ``training.choose``). Every ``every`` optimizer steps a checkpoint is kept (all of them) and, once
+    training ends, each and the final model are evaluated on ``split`` (``limit`` problems x ``k`` samples at the
+    ``eval`` section's temperature and token budget); the highest pass@1 wins, the later one on a tie (a scarce-trace
+    model sat flat at its guessing floor for 500 steps before it learned the procedure: evaluate to the end, never
+    stop early). ``reference``: the validation pass@1 the recipe's settings reached when they were chosen, and
+    ``band`` how far below it a seed may land (their spread over seeds): a chosen model under ``reference - band``
+    gets one warning line, since its results will not match the recipe's."""
+
+    every: int = 500
+    split: str = "validation"
+    k: int = 2
+    limit: int | None = 150
+    reference: float | None = None
+    band: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.every < 1 or self.k < 1 or (self.limit is not None and self.limit < 1):
+            raise ConfigError("sft.validation: every, k and limit must be >= 1")
+        if self.split == "test":
+            raise ConfigError("sft.validation.split: choosing the SFT model on the test split would report on the "
+                              "problems the choice was made on; use validation")  # fmt: skip
+
+
+@dataclass(frozen=True)
 class SFTSection(SFTRunConfig):
     """``sft``: an ``SFTRunConfig`` plus ``data``, the SFT rows (a ``curate solutions`` export's ``sft.parquet``;
-    a relative path is read from the workspace root when it exists there, else from the working directory)."""
+    a relative path is read from the workspace root when it exists there, else from the working directory), and
+    ``validation`` (``SFTValidation``; None: the last model is the SFT model)."""
 
     data: str = ""
+    validation: SFTValidation | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -92,8 +120,11 @@ class SFTSection(SFTRunConfig):
             raise ConfigError("sft.data: the SFT rows (a `curate solutions` export's sft.parquet) are required")
 
     def run_config(self) -> SFTRunConfig:
-        """The section without ``data``: what ``training.sft.train_sft`` takes."""
+        """The section without ``data``: what ``training.sft.train_sft`` takes; with ``validation`` it keeps a
+        checkpoint every ``validation.every`` steps, all of them."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(SFTRunConfig)}
+        if self.validation is not None:
+            values.update(save_steps=self.validation.every, save_total_limit=None)
         return SFTRunConfig(**values)
 
 

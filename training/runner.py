@@ -90,7 +90,9 @@ from training.chain import (
     sft_step,
     stamp_lineage,
 )
+from training.choose import choose_sft
 from training.coscale import coscale_measure, coscale_sft, coscale_solutions, coscale_stages
+from training.measure import forecast_waste, measure
 from training.outcome import checkpoint_eval, fit_and_plot, keep_eval, report, write_summary
 from training.packaged import model_folder, packaged_name
 from training.plan import StagePlan, rl_step_name, sequential_note
@@ -98,7 +100,6 @@ from training.recipe import RunRecipe, resolve_path, stage_rl
 
 
 STOP, CONTINUE = "stop", "continue"
-HEADROOM = "headroom"  # the run folder's headroom report (``headroom_report``)
 
 
 # --------------------------------------------------------------------------------------------------- helpers
@@ -196,114 +197,13 @@ def start_model(run: Run) -> str:
 
 
 def sft(run: Run, state: ChainState) -> ChainState:
-    """SFT of the current model on the recipe's ``sft.data`` (skipped when ``sft/`` holds a finished run)."""
+    """SFT of the current model on the recipe's ``sft.data`` (skipped when ``sft/`` holds a finished run); with
+    ``sft.validation`` the SFT model is its best checkpoint on the validation split (``training.choose``)."""
     if run.recipe.sft is None:
         return state
     data = run.pinned("sft") or resolve_path(run.ws, run.recipe.sft.data)
-    return sft_step(run, state, "sft", run.run_dir / "sft", data)
-
-
-def measure(run: Run, state: ChainState) -> ChainState:
-    """Before RL (recipe key ``measure``): ``curate rollout`` of the current model (the SFT model, or the starting
-    model in a recipe without ``sft``: a model SFT'd elsewhere) over the RL candidates,
-    ``curate score`` with those rollouts as the evidence, ``curate select`` and ``curate curriculum`` into the
-    recipe's curriculum, then pin that curriculum into the run folder. Recorded as the ``measure`` note of
-    ``chain.json`` (rollout summary, pass-rate spread, selection, curriculum) and skipped once recorded."""
-    from curate import pipeline
-    from training.chain import measured_name
-    from training.recipe import curate_recipe, measure_sections
-
-    chain = run.chain()
-    if run.recipe.measure is None or chain.note("measure", "sft") is not None:
-        return state
-    t0 = time.perf_counter()
-    name = measured_name(run)
-    ledger_model = run.measured_model(state.model)
-    record: dict[str, Any] = {"model": state.model, "ledger_model": ledger_model, "curriculum": name}
-    sections = measure_sections(run.recipe, ledger_model, name)
-
-    def run_curate(stage: str) -> None:
-        crecipe = curate_recipe(run.recipe, stage, sections[stage])
-        result = pipeline.run_stage(stage, run.ws, crecipe, progress=True).to_dict()  # the rollout's progress line
-        record[stage] = io.jsonable(result.get("summary") or {})
-        run.echo(f"[chain] measure: {stage} [{result['wall_s']:.0f} s]")
-
-    run_curate("rollout")
-    record["headroom"] = headroom_report(run, sections["rollout"])
-    with run.ws.lock("pool", run.recipe.pool):  # the pool's scores table is shared: no other run scores meanwhile
-        for stage in ("score", "select", "curriculum"):
-            run_curate(stage)
-    from curate.score.forecast import describe
-
-    for part, fc in (record["select"].get("zero_variance_forecast") or {}).items():
-        run.echo(f"[chain] measure: zero-variance groups forecast for the {part}: {describe(fc)}")
-    pinned = pin_data(run, ("curriculum",))
-    chain.note("measure", "sft", {**record, "wall_s": round(time.perf_counter() - t0, 1), "pinned": pinned})
-    chain.set_lineage(chain_lineage(run))  # now naming the measured curriculum
-    return state
-
-
-def headroom_report(run: Run, rollout: Mapping[str, Any]) -> dict[str, Any]:
-    """What RL can still sharpen, before any RL step (``curate.score.headroom`` of ``measure``'s rollouts, per
-    ``eval.by`` band): printed, and kept in ``<run>/headroom/`` (tables, ``headroom.json``, ``headroom.png``).
-    Returns the summary ``chain.json``'s ``measure`` note holds."""
-    from curate.score import headroom
-    from curate.verify import load_config
-
-    n = int(rollout.get("n", 8))
-    check = load_config(run.recipe.curate)
-    rep = headroom.pool_report(run.ws, run.recipe.pool, rollout["model"], n=n, by=run.recipe.eval.by,
-                               sources=rollout.get("sources"), verify_config=check)  # fmt: skip
-    files = headroom.write_report(rep, run.run_dir / HEADROOM)
-    for line in headroom.lines(rep):
-        run.echo(f"[chain] measure: headroom: {line}")
-    return {"verdict": rep["verdict"], "totals": rep["totals"], "files": files}
-
-
-def forecast_waste(run: Run, state: ChainState) -> ChainState:
-    """The share of zero-variance groups RL will meet, forecast from ``measure.fresh`` fresh samples of each prompt
-    ``measure`` selected (``curate rollout --selection``: rollouts that did not choose the prompts, so the forecast
-    has no selection bias), at the group size of each planned RL stage, weighted by its groups. Recorded as the
-    ``forecast`` note of ``chain.json`` (skipped once recorded); ``training.outcome.zero_variance`` sets it beside
-    what RL met."""
-    from curate import pipeline
-    from curate.rollout import ledger
-    from curate.score import headroom
-    from training.recipe import curate_recipe, measure_sections
-
-    chain, m = run.chain(), run.recipe.measure
-    note = chain.note("measure", "sft")
-    fresh = m.fresh if m is not None and m.fresh is not None else run.recipe.rl.num_generations
-    if note is None or not fresh or chain.note("forecast", "sft") is not None:
-        return state
-    t0 = time.perf_counter()
-    section = measure_sections(run.recipe, note["ledger_model"], note["curriculum"])["rollout"]
-    n = int(section.get("n", 8))
-    section = {**section, "n": n + fresh, "selection": note["curriculum"]}
-    pipeline.run_stage("rollout", run.ws, curate_recipe(run.recipe, "rollout", section), progress=True)
-    import polars as pl
-
-    from curate import schema as S
-
-    chosen = pl.read_parquet(run.ws.selection_dir(note["curriculum"]) / "selection.parquet")[S.PROBLEM_ID].to_list()
-    samples = ledger.read(run.ws, run.recipe.pool, note["ledger_model"], columns=headroom.LEDGER_COLUMNS)
-    stages = run.stages()
-    sizes = sorted({s.rl.num_generations for s in stages})
-    out = headroom.fresh_forecast(samples, chosen, after=n, sizes=sizes)
-    weights = {size: sum(s.rl.max_steps * s.rl.prompts_per_step for s in stages if s.rl.num_generations == size)
-               for size in sizes}  # fmt: skip
-    total = sum(weights.values())
-    if out.get("fresh_prompts") and total:
-        shares = [(weights[size], out[str(size)]) for size in sizes]
-        out["share"] = round(sum(w * f["share"] for w, f in shares) / total, 4)
-        out["stderr"] = round(max(f["stderr"] for _, f in shares), 4)
-        out["prompts"] = out["fresh_prompts"]
-        run.echo(f"[chain] measure: zero-variance groups forecast from {out['fresh_samples']} fresh samples of the "
-                 f"{out['fresh_prompts']} selected prompts: {out['share']:.3f} ± {out['stderr']:.3f} at the plan's "
-                 f"group sizes ({', '.join(map(str, sizes))}); the fresh groups of {fresh}: {out['observed']:.3f} "
-                 "all-equal")  # fmt: skip
-    chain.note("forecast", "sft", {**out, "fresh": fresh, "wall_s": round(time.perf_counter() - t0, 1)})
-    return state
+    state = sft_step(run, state, "sft", run.run_dir / "sft", data)
+    return choose_sft(run, state, run.run_dir / "sft")
 
 
 def rl_stage(run: Run, state: ChainState, stage: StagePlan) -> ChainState:

@@ -210,8 +210,8 @@ def select_frame(candidates: pl.DataFrame, cfg: SelectConfig) -> tuple[pl.DataFr
     report).
 
     ``candidates`` needs problem_id, split, contaminated, duplicate_of, prompt_chars, zero_variance, solved,
-    cluster and the ``by`` column (see ``build_candidates``; ``suspect_gold`` is read when present). The selection keeps every candidate column plus
-    ``select_score`` and ``rank`` (1 = highest sampling key).
+    cluster and the ``by`` column (see ``build_candidates``; ``suspect_gold`` is read when present). The selection
+    keeps every candidate column plus ``select_score`` and ``rank`` (1 = highest sampling key).
     """
     column, sign = by_column(cfg.by)
     if column == RANDOM:  # equal weights: the Gumbel keys alone order the rows, a uniform sample per cluster

@@ -463,3 +463,52 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     sft_only = run_chain(load_recipe(recipe_path, more), home=home, out=tmp_path / "more", echo=lambda s: None)
     assert [s["step"] for s in sft_only["steps"]] == ["init", "sft"] and sft_only["gain_over_sft"] is None
     assert json.loads((tmp_path / "more" / "sft" / "metrics.json").read_text())["steps"] == 3
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_sft_model_is_its_best_checkpoint_on_the_validation_split(tmp_path, monkeypatch):
+    """``sft.validation`` (issue 36.2): every kept checkpoint and the final model are evaluated on the validation
+    split, the best becomes ``sft/best`` (the chosen checkpoint's weights, sealed, its card saying so) and the chain
+    goes on from it; a rerun reads the choice back; a recipe that would choose on the test split fails at load."""
+    import training.evaluate as evaluate_mod
+    from training.runner import run_chain
+
+    real = evaluate_mod.evaluate
+    seen: list[str] = []
+
+    def fake(model_dir, problems, cfg, **kw):  # validation pass@1 peaks at step 4, then falls (memorizing)
+        name = Path(model_dir).name
+        if name.startswith("checkpoint-") or name == "final":
+            seen.append(name)
+            rate = 0.5 if name == "checkpoint-4" else 0.2
+            return {"pass_at_1": rate, "stderr": 0.1, "n_problems": problems.height, "k": cfg.k}
+        return real(model_dir, problems, cfg, **kw)
+
+    monkeypatch.setattr(evaluate_mod, "evaluate", fake)
+    sft = {"data": "solutions/t/sft.parquet", "learning_rate": 1e-3, "max_steps": 8, "per_device_batch_size": 8,
+           "max_length": 256, "gradient_checkpointing": False,
+           "validation": {"every": 2, "k": 1, "limit": 4, "reference": 0.9, "band": 0.1}}  # fmt: skip
+    recipe_path = write_tiny_chain(tmp_path, name="v", curriculum=None, sft=sft,
+                                   eval={"split": "validation", "k": 1, "limit": 4, "max_new_tokens": 32})  # fmt: skip
+    lines: list[str] = []
+    home = tmp_path / "ws"
+    out = run_chain(load_recipe(recipe_path), home=home, echo=lines.append)
+    sft_dir = Path(out["run_dir"]) / "sft"
+    assert seen == ["checkpoint-2", "checkpoint-4", "checkpoint-6", "final"]  # step 8's checkpoint is the final
+    record = json.loads((sft_dir / "validation.json").read_text())
+    assert [p["step"] for p in record["points"]] == [2, 4, 6, 8] and record["chosen"]["step"] == 4
+    best = sft_dir / "best"
+    weights = (best / "model.safetensors").read_bytes()
+    assert weights == (sft_dir / "checkpoints" / "checkpoint-4" / "model.safetensors").read_bytes()
+    assert weights != (sft_dir / "final" / "model.safetensors").read_bytes()
+    assert json.loads((best / "files.json").read_text())  # sealed
+    assert "Chosen on the validation split: step 4 of 8" in " ".join((best / "README.md").read_text().split())
+    assert [s["model"] for s in out["steps"] if s["step"] == "sft"] == [str(best)]
+    assert any("step 4 of 8 chosen on the validation split" in line for line in lines)
+    assert any("warning: the SFT model's validation pass@1 0.500 is far below the 0.900" in line for line in lines)
+    seen.clear()
+    run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)
+    assert seen == []  # the choice is read back, nothing evaluated again
+    with pytest.raises(ConfigError, match=r"sft\.validation\.split"):
+        load_recipe(recipe_path, {"sft.validation.split": "test"})

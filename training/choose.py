@@ -1,0 +1,114 @@
+"""The SFT model at its validation optimum, not at its last step (issue 36.2).
+
+Where SFT stops decides what RL and every baseline start from. The last step is not the best one: a model may have
+memorized its traces by then, or (with scarce traces) still sit on a false plateau. With ``sft.validation``
+(``training.recipe.SFTValidation``) the SFT step keeps a checkpoint every ``every`` steps; ``choose_sft`` evaluates
+each and the final model on the validation split (never the test split the run reports on), takes the best (the
+later one on a tie), and makes it the chain's SFT model: ``sft/best/``, a copy of the final folder (tokenizer,
+card, lineage) holding the chosen checkpoint's weights, sealed, its card saying which step was chosen and why.
+``sft/validation.json`` keeps every point (``read_validation``). The choice is made once: a rerun reads it back.
+
+A chosen model far below the validation pass@1 the recipe records (``reference`` - ``band``) gets one warning line:
+the SFT step landed outside the band its recipe was chosen in (issue 36: the same seed on another CPU memorized its
+traces, 0.238 where the README printed 0.631), so what follows will not match the recipe's figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+from typing import Any
+
+from curate import io
+from training import run_folder
+from training.chain import ChainState, Run
+
+
+BEST = "best"  # sft/best/: the chosen model
+VALIDATION = "validation.json"  # sft/validation.json: every evaluated point and the choice
+
+
+def read_validation(out_dir: str | Path) -> dict[str, Any] | None:
+    """``sft/validation.json`` (``choose_sft`` writes it once the choice is made), or None."""
+    path = Path(out_dir) / VALIDATION
+    return io.read_json(path) if path.is_file() else None
+
+
+def best_point(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """The highest pass@1, the later step on a tie.
+
+    >>> best_point([{"step": 5, "pass_at_1": 0.4}, {"step": 10, "pass_at_1": 0.4}, {"step": 15, "pass_at_1": 0.3}])
+    {'step': 10, 'pass_at_1': 0.4}
+    """
+    return max(points, key=lambda p: (p["pass_at_1"], p["step"]))
+
+
+def _evaluate_points(run: Run, out_dir: Path) -> list[dict[str, Any]]:
+    """Validation pass@1 of every kept checkpoint and of the final model (its step: the run's last)."""
+    from training.evaluate import evaluate, heldout_problems
+    from training.sft import read_metrics
+
+    sec, ev = run.recipe.sft.validation, run.recipe.eval
+    problems = heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit)
+    cfg = dataclasses.replace(ev.config(sec.limit), k=sec.k)
+    last = int(read_metrics(out_dir)["steps"])
+    candidates = {run_folder.checkpoint_step(c): c for c in run_folder.checkpoints(out_dir / run_folder.CHECKPOINTS)}
+    candidates[last] = out_dir / run_folder.FINAL  # the final model stands for its step's checkpoint
+    points = []
+    for step in sorted(candidates):
+        result = evaluate(candidates[step], problems, cfg, progress=True)
+        points.append({"step": step, "model": str(candidates[step]),
+                       **{k: result[k] for k in ("pass_at_1", "stderr", "n_problems", "k")}})  # fmt: skip
+        run.echo(f"[chain] sft: {sec.split} pass@1 at step {step}: {result['pass_at_1']:.3f} ± {result['stderr']:.3f}")
+    return points
+
+
+def _write_best(out_dir: Path, chosen: dict[str, Any], choice: dict[str, Any]) -> Path:
+    """``sft/best/``: the final folder with the chosen checkpoint's weights, sealed, its card saying so."""
+    from training.card import record_choice
+
+    best, tmp = out_dir / BEST, out_dir / f".{BEST}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(out_dir / run_folder.FINAL, tmp)
+    source = Path(chosen["model"])
+    if source != out_dir / run_folder.FINAL:
+        for pattern in ("*.safetensors", "*.bin"):  # the weights; config, tokenizer and card are the final's
+            for old in tmp.glob(pattern):
+                old.unlink()
+            for path in source.glob(pattern):
+                shutil.copy2(path, tmp / path.name)
+    record_choice(tmp, choice)
+    run_folder.seal(tmp)
+    shutil.rmtree(best, ignore_errors=True)
+    tmp.rename(best)
+    return best
+
+
+def choose_sft(run: Run, state: ChainState, out_dir: Path) -> ChainState:
+    """With ``sft.validation``, the chain's SFT model becomes the best checkpoint on the validation split
+    (``sft/best``; module docstring); the state's model and its pending evaluation follow. Without it, nothing."""
+    sec = run.recipe.sft.validation if run.recipe.sft is not None else None
+    if sec is None:
+        return state
+    record = read_validation(out_dir)
+    if record is None or not (out_dir / BEST / run_folder.FILES).is_file():
+        points = _evaluate_points(run, out_dir)
+        chosen = best_point(points)
+        choice = {"split": sec.split, "step": chosen["step"], "steps": points[-1]["step"], "candidates": len(points),
+                  **{k: chosen[k] for k in ("pass_at_1", "stderr", "n_problems", "k")}}  # fmt: skip
+        _write_best(out_dir, chosen, choice)
+        record = {"points": points, "chosen": choice, "reference": sec.reference, "band": sec.band}
+        io.write_json(out_dir / VALIDATION, record)
+    choice = record["chosen"]
+    run.echo(f"[chain] sft: step {choice['step']} of {choice['steps']} chosen on the {choice['split']} split "
+             f"(pass@1 {choice['pass_at_1']:.3f} ± {choice['stderr']:.3f}, the best of "
+             f"{choice['candidates']})")  # fmt: skip
+    if sec.reference is not None and choice["pass_at_1"] < sec.reference - sec.band:
+        run.echo(f"[chain] warning: the SFT model's {choice['split']} pass@1 {choice['pass_at_1']:.3f} is far below "
+                 f"the {sec.reference:.3f} its recipe's settings reached when they were chosen (band {sec.band}): "
+                 "this seed, on this machine, landed outside the recipe's band, and what follows will not match "
+                 "its figures")  # fmt: skip
+    model = str(out_dir / BEST)
+    pending = {**(state.pending or {}), "model": model}
+    return dataclasses.replace(state, model=model, pending=pending if state.pending else None)
