@@ -253,7 +253,7 @@ def weight_files(folder: Path) -> tuple[list[Path], str | None]:
     for name in WEIGHT_INDEXES:
         if (folder / name).is_file():
             try:
-                shards = sorted(set(json.loads((folder / name).read_text())["weight_map"].values()))
+                shards = sorted(set(io.read_json(folder / name)["weight_map"].values()))
             except (ValueError, KeyError, TypeError, AttributeError):
                 return [], f"{name} is not a weights index (no weight_map of tensor -> file)"
             missing = [shard for shard in shards if not (folder / shard).is_file()]

@@ -414,10 +414,16 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     # the SFT model's ledger is named relative to the workspace, so a moved workspace keeps it (issue 30.10)
     names = [p.name for p in (home / "pools" / "t" / "rollouts").iterdir()]
     assert "runs__m__sft__final" in names and not [n for n in names if tmp_path.name in n], names
-    measured = ledger.read(io.Workspace(home), "t", "runs/m/sft/final")
+    everything = ledger.read(io.Workspace(home), "t", "runs/m/sft/final")
+    measured = everything.filter(pl.col(S.SAMPLE_IDX) < 2)  # measure's n = 2; the forecast's fresh ones follow
     problems = pl.read_parquet(home / "pools" / "t" / "problems.parquet")
     rl_ids = set(problems.filter(pl.col(S.SOURCE) == "t/rl")[S.PROBLEM_ID])
     assert set(measured[S.PROBLEM_ID]) == rl_ids and measured.height == 2 * len(rl_ids)  # n=2, the RL source only
+    # the headroom report before any RL step (issue 36.1), kept in the run folder and printed
+    assert "measure: headroom: RL can sharpen" in err and (run_dir / "headroom" / "headroom.png").is_file()
+    # the forecast from fresh samples of the 10 selected prompts (rl.num_generations = 2 more each)
+    fresh = everything.filter(pl.col(S.SAMPLE_IDX) >= 2)
+    assert fresh.height == 2 * 10 and fresh[S.PROBLEM_ID].n_unique() == 10 and set(fresh[S.PROBLEM_ID]) <= rl_ids
     assert measured[S.RUN_ID].str.starts_with("chain-").all()  # the next run's curation will not read them
     chain = json.loads((run_dir / "chain.json").read_text())
     [note] = chain["notes"]["measure"]
@@ -433,10 +439,12 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     assert "/curricula/t-rl.m-" in lineage["data"]["sources"]["curriculum"]  # the run's own measured curriculum
     sft_rows = pl.read_parquet(run_dir / "data" / "sft.parquet")  # the teacher's traces, unchecked
     assert sft_rows.height == sft_rows["problem_id"].n_unique()
-    forecast = note["select"]["zero_variance_forecast"]  # at the RL's group size, for the pool and the selection
-    assert forecast["selection"]["rollouts"] == 2 and forecast["selection"]["prompts"] == 10
+    assert note["headroom"]["totals"]["prompts"] == len(rl_ids) and note["headroom"]["verdict"]
+    [forecast] = chain["notes"]["forecast"]  # from the fresh samples, at the plan's group size
+    assert forecast["fresh_prompts"] == 10 and forecast["2"]["rollouts"] == 2 and 0.0 <= forecast["share"] <= 1.0
     waste = summary["zero_variance"]  # and what RL met beside it
-    assert waste["forecast"] == forecast["selection"] and 0.0 <= waste["observed"] <= 1.0 and waste["groups"] == 2
+    assert waste["forecast"]["share"] == forecast["share"] and 0.0 <= waste["observed"] <= 1.0
+    assert waste["groups"] == 2
     samples = pl.read_parquet(run_dir / "evals" / "rl_stage1.samples.parquet")  # every sample, for reading
     assert samples.height == 4 and {"completion", "correct"} <= set(samples.columns)
     assert all(t["cpu_s"] >= 0 for t in summary["timings"]) and sum(t["cpu_s"] for t in summary["timings"]) > 1
@@ -444,7 +452,7 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     assert gain["temperature"] == 0.6 and set(gain["at_temperature"]) == {"1.0"} and gain["by"]
     assert (run_dir / "evals" / "rl_stage1@T1.parquet").is_file()
     again = run_chain(load_recipe(recipe_path), home=home, echo=lambda s: None)  # measure is not run again
-    assert ledger.read(io.Workspace(home), "t", "runs/m/sft/final").height == measured.height
+    assert ledger.read(io.Workspace(home), "t", "runs/m/sft/final").height == everything.height
     assert [s["step"] for s in again["steps"]] == [s["step"] for s in summary["steps"]]
     # An arm from this run's SFT model (bench/bench_methods.py's shape): no `sft`, `measure` measures the starting
     # model, reusing its rollouts already in the ledger; a random subset; the borrowed model's card is left alone.
@@ -454,7 +462,8 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     assert [s["step"] for s in other["steps"]] == ["init", "rl:stage1"]
     [note] = json.loads((tmp_path / "arm" / "chain.json").read_text())["notes"]["measure"]
     assert note["model"] == sft_model and note["select"]["by"] == "random" and note["select"]["selected"] == 10
-    assert ledger.read(io.Workspace(home), "t", "runs/m/sft/final").height == measured.height  # nothing sampled again
+    again = ledger.read(io.Workspace(home), "t", "runs/m/sft/final").filter(pl.col(S.SAMPLE_IDX) < 2)
+    assert again.height == measured.height  # measure sampled nothing again (its forecast samples its own selection)
     assert json.loads((tmp_path / "arm" / "rl" / "01-stage1" / "config.json").read_text())["model"] == sft_model
     assert (Path(sft_model) / "README.md").read_bytes() == card
     # An SFT-only run (bench/bench_curation.py's baselines): no curriculum, SFT continued for a set number of steps

@@ -257,10 +257,12 @@ def test_openai_retries_timeouts_and_failures(tiny):
         assert len(server.bodies) == 3
 
         server.bodies.clear()
-        server.plan.append(("sleep", 2.0))  # longer than the client waits: the request is retried
+        # longer than the client waits: the request is retried, and answered before the first one would have been
+        # (the client's 3 s leave the retry time to generate on a busy box: 0.5 s timed out all six tries at load 9)
+        server.plan.append(("sleep", 12.0))
         t0 = time.monotonic()
-        assert len(backends.generate_openai(one, "tiny", SAMPLING, opts(server, timeout_s=0.5))) == 1
-        assert len(server.bodies) == 2 and time.monotonic() - t0 < 10
+        assert len(backends.generate_openai(one, "tiny", SAMPLING, opts(server, timeout_s=3.0))) == 1
+        assert len(server.bodies) == 2 and time.monotonic() - t0 < 11
 
         server.bodies.clear()
         server.plan.append(("status", 400))  # a client error is not retried
