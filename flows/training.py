@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import os
 from pathlib import Path
@@ -46,7 +47,7 @@ from prefect.cache_policies import NONE
 from prefect.runtime import flow_run
 
 from flows import artifacts
-from flows.curation import curate_dataset, exit_on_sigterm, reap_orphaned_servers
+from flows.curation import curate_dataset, exit_on_sigterm, progress_to_run_log, reap_orphaned_servers
 from training import runner
 from training.chain import check_launch, open_run
 from training.recipe import load_recipe
@@ -58,8 +59,15 @@ POLL_S = 2
 
 
 def step_task(name: str, fn, *args: Any) -> Any:
-    """``run_chain``'s ``call``: run one chain step as a Prefect task named after the step (no Prefect cache)."""
-    return task(fn, name=fn.__name__, task_run_name=name, cache_policy=NONE)(*args)
+    """``run_chain``'s ``call``: run one chain step as a Prefect task named after the step (no Prefect cache), with
+    the progress of what it runs in this process (``measure``'s curate stages) in the run's log."""
+
+    @functools.wraps(fn)
+    def logged(*a: Any, **kw: Any) -> Any:
+        with progress_to_run_log():
+            return fn(*a, **kw)
+
+    return task(logged, name=fn.__name__, task_run_name=name, cache_policy=NONE)(*args)
 
 
 def _log(message: str) -> None:
