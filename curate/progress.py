@@ -39,6 +39,20 @@ from rich.markup import escape
 PIPE_WIDTH = 1000  # off a terminal: tables and lines keep their natural width up to this
 
 
+LIBRARY_BARS = ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS")  # transformers reads the hub's
+
+
+def quiet_library_bars() -> None:
+    """Off a terminal (a log file, a pipe, a Prefect worker), turn off the tqdm bars of huggingface_hub,
+    transformers and datasets ("Loading weights", "Writing model shards", "Tokenizing train dataset", ...): in a log
+    each is a line of carriage returns, and they were most of the demo's log (issue 38.10). Through the
+    environment, so the training steps' own processes inherit it; before those libraries are imported (they read it
+    then); a value the user set is kept. This project's own progress lines are unchanged (``bar``)."""
+    if not sys.stderr.isatty():
+        for name in LIBRARY_BARS:
+            os.environ.setdefault(name, "1")
+
+
 def make_console(stderr: bool = False) -> Console:
     """A rich console. On a terminal it takes the terminal's width; off one (a pipe, a log file, CI) rich assumes 80
     columns and cuts every wider table into wrapped cells, so without ``$COLUMNS`` it gets ``PIPE_WIDTH`` instead:

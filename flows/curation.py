@@ -220,6 +220,9 @@ def curate_dataset(
             run validates its parameters where this module's names do not resolve (pydantic: "not fully
             defined").
     """
+    from curate.progress import quiet_library_bars
+
+    quiet_library_bars()  # a worker's log is not a terminal: no tqdm bars of the libraries in it
     logger = get_run_logger()
     if recipe is None:
         recipe = pipeline.load_recipe(recipe_path, overrides)

@@ -135,8 +135,11 @@ def train_chain(
         training_pool: run the training part on this work pool (a deployment of this flow there), curation here.
         part: ``all``, ``curation`` (only the curate recipe) or ``training`` (everything after curation).
     """
+    from curate.progress import quiet_library_bars
+
     if part not in PARTS:
         raise ValueError(f"part must be one of {PARTS}, got {part!r}")
+    quiet_library_bars()  # a worker's log is not a terminal: no tqdm bars of the libraries, here or in the steps
     logger = get_run_logger()
     recipe = load_recipe(recipe_path, overrides)
     run = open_run(recipe, home, out, echo=_log)
