@@ -156,20 +156,21 @@ def short_path(value: Any, root: str | Path | None = None, base: str | Path | No
     return value
 
 
-def _expand(obj: Any, root: str | Path | None) -> Any:
+def _expand(obj: Any, root: str | Path | None, key: str | None = None) -> Any:
     """The paths ``_shorten`` wrote, absolute again: ``curate-rl:<path>`` and ``~/...`` always, a relative path
-    when it names something under the workspace ``root``; every other string (hub ids, names) unchanged."""
+    when it names something under the workspace ``root`` (a single name only as a model: ``base_model``,
+    ``sources``, e.g. a model folder ``init`` at the root); every other string (hub ids, names) unchanged."""
     if isinstance(obj, Mapping):
-        return {k: _expand(v, root) for k, v in obj.items()}
+        return {k: _expand(v, root, k) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_expand(v, root) for v in obj]
+        return [_expand(v, root, key) for v in obj]
     if not isinstance(obj, str) or obj.startswith("/"):
         return obj
     if obj.startswith("curate-rl:"):
         return str(_REPO / obj.removeprefix("curate-rl:"))
     if obj.startswith("~/"):
         return os.path.expanduser(obj)
-    if root is not None and "/" in obj and (Path(root) / obj).exists():
+    if root is not None and ("/" in obj or key in ("base_model", "sources")) and (Path(root) / obj).exists():
         return str(Path(root) / obj)
     return obj
 
