@@ -239,10 +239,12 @@ def cpu_limit(seconds: float) -> Iterator[list[bool]]:
     try:
         yield fired
     finally:
-        signal.setitimer(signal.ITIMER_PROF, 0)
-        signal.signal(signal.SIGPROF, previous)
-        if timer[0] > 0:
-            signal.setitimer(signal.ITIMER_PROF, *timer)
+        try:
+            signal.setitimer(signal.ITIMER_PROF, 0)
+        finally:  # even when the limit fires on the way out
+            signal.signal(signal.SIGPROF, previous)
+            if timer[0] > 0:
+                signal.setitimer(signal.ITIMER_PROF, *timer)
 
 
 def _parse(text: str, cfg: VerifyConfig) -> tuple[list, bool]:
