@@ -154,7 +154,9 @@ def run_all(home: Path, arms: list[str], seeds: list[int], jobs: int) -> dict[st
     """Every (arm, seed) not finished, ``jobs`` at once; the baselines of a seed wait for its curated run.
     Returns CPU seconds per run (every process it started)."""
     todo = [(a, s) for s in seeds for a in arms if not finished(home, a, s)]
-    running: dict[int, tuple[str, int, float]] = {}
+    # The Popen objects are kept: one dropped while its process runs is reaped by the next Popen (subprocess's
+    # _cleanup), and os.wait4 would then never see that run end.
+    running: dict[int, tuple[str, int, float, subprocess.Popen]] = {}
     cpu: dict[str, float] = {}
     while todo or running:
         ready = [(a, s) for a, s in todo if a in ("curated", "raw") or finished(home, "curated", s)]
@@ -162,12 +164,12 @@ def run_all(home: Path, arms: list[str], seeds: list[int], jobs: int) -> dict[st
             a, s = ready.pop(0)
             todo.remove((a, s))
             proc = launch(a, home, s)
-            running[proc.pid] = (a, s, time.perf_counter())
+            running[proc.pid] = (a, s, time.perf_counter(), proc)
         if not running:
             raise SystemExit(f"nothing can start: {todo} wait for curated runs that failed")
         pid, status, usage = os.wait4(-1, 0)
-        a, s, t0 = running.pop(pid)
-        code = os.waitstatus_to_exitcode(status)
+        a, s, t0, proc = running.pop(pid)
+        code = proc.returncode = os.waitstatus_to_exitcode(status)
         cpu[f"{a}-seed{s}"] = usage.ru_utime + usage.ru_stime
         print(f"[{time.strftime('%H:%M:%S')}] {a} seed {s}: exit {code}, {(time.perf_counter() - t0) / 60:.1f} min "
               f"wall, {cpu[f'{a}-seed{s}'] / 60:.1f} CPU-min, load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip

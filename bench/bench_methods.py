@@ -110,7 +110,7 @@ def run_all(home: Path, arms: list[str], seeds: list[int], jobs: int) -> dict[st
     """Every (arm, seed) not finished, ``jobs`` at once, each once the ``bench_curation.py`` run of its seed whose SFT
     model it starts from (``sft_arm``; that script may be running beside this) has finished."""
     todo = [(a, s) for a in arms for s in seeds if not finished(home, a, s)]  # arm by arm: a cut grid has whole arms
-    running: dict[int, tuple[str, int, float]] = {}
+    running: dict[int, tuple[str, int, float, subprocess.Popen]] = {}  # Popen kept: bench_curation.run_all says why
     cpu: dict[str, float] = {}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     (home / "logs").mkdir(parents=True, exist_ok=True)
@@ -128,9 +128,10 @@ def run_all(home: Path, arms: list[str], seeds: list[int], jobs: int) -> dict[st
             print(f"[{time.strftime('%H:%M:%S')}] {a} seed {s}: python " + " ".join(cmd[1:]), flush=True)
             log = open(home / "logs" / f"{a}-seed{s}.log", "w")  # noqa: SIM115 (the child holds it)
             proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-            running[proc.pid] = (a, s, time.perf_counter())
+            running[proc.pid] = (a, s, time.perf_counter(), proc)
         pid, status, usage = os.wait4(-1, 0)
-        a, s, t0 = running.pop(pid)
+        a, s, t0, proc = running.pop(pid)
+        proc.returncode = os.waitstatus_to_exitcode(status)
         cpu[f"{a}-seed{s}"] = usage.ru_utime + usage.ru_stime
         print(f"[{time.strftime('%H:%M:%S')}] {a} seed {s}: exit {os.waitstatus_to_exitcode(status)}, "
               f"{(time.perf_counter() - t0) / 60:.1f} min wall, {cpu[f'{a}-seed{s}'] / 60:.1f} CPU-min, load "

@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 
 from curate.errors import CurateError
-from curate.progress import console, make_console
+from curate.progress import console, make_console, quiet_library_bars
 
 
 out = make_console()
@@ -38,8 +38,11 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
       disk (full, read-only: ``os_error_line``);
     - Ctrl-C prints "interrupted" and exits 130;
     - anything else is a bug and keeps its traceback.
+
+    Off a terminal, the libraries' own progress bars are turned off first (``curate.progress.quiet_library_bars``).
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    quiet_library_bars()
     if args[:1] == ["--version"]:
         out.print(f"{app.info.name or 'curate'} {version()}", highlight=False)
         return 0

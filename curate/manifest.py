@@ -11,7 +11,7 @@ Example ``problems.manifest.json`` (trimmed)::
 
     {"stage": "ingest", "fingerprint": "3f2a...", "inputs": {"pools/demo/raw/gsm8k.parquet": "9c1e..."},
      "config": {"pool": "demo"}, "code_version": "0.1.0+a1b2c3d4e5f6", "rows_in": 40, "rows_out": 38,
-     "drops": {"missing_answer": 2}, "outputs": {"/ws/pools/demo/problems.parquet": "size:18234"}}
+     "drops": {"missing_answer": 2}, "outputs": {"pools/demo/problems.parquet": "size:18234"}}
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ Library code calls these; only the CLI decides whether ``progress`` is on.
 ``advance(n, description=None, **counters)``: ``n`` more units done; ``description`` replaces the label (a step
 name); each extra counter (e.g. ``tokens=412``) is summed and shown as a rate (``tokens/s``).
 
+``log_to(sink)``: while a block runs, every ``log`` line and the plain progress lines go to ``sink`` (a function of one
+line) instead of stderr, whatever stderr is: the Prefect flows hand in their run logger, so a stage's progress shows
+in the worker's log and the UI (``flows.curation``; issue 38.10: a worker was silent 6.4 minutes while a flow's
+``decontaminate`` embedded 2,977 problems).
+
 ``status_file(path, **fields)``: while a block runs, ``path`` (JSON) says what the process is doing: the fields (a
 training run's step), its pid, and the done/total, rate and time left of the bar running inside the block, so
 another process can tell how far a long step is (``training show`` on a running run). ``set_status(**fields)``
@@ -17,12 +22,13 @@ adds fields (the log of a step's subprocess).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,6 +37,20 @@ from rich.markup import escape
 
 
 PIPE_WIDTH = 1000  # off a terminal: tables and lines keep their natural width up to this
+
+
+LIBRARY_BARS = ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS")  # transformers reads the hub's
+
+
+def quiet_library_bars() -> None:
+    """Off a terminal (a log file, a pipe, a Prefect worker), turn off the tqdm bars of huggingface_hub,
+    transformers and datasets ("Loading weights", "Writing model shards", "Tokenizing train dataset", ...): in a log
+    each is a line of carriage returns, and they were most of the demo's log (issue 38.10). Through the
+    environment, so the training steps' own processes inherit it; before those libraries are imported (they read it
+    then); a value the user set is kept. This project's own progress lines are unchanged (``bar``)."""
+    if not sys.stderr.isatty():
+        for name in LIBRARY_BARS:
+            os.environ.setdefault(name, "1")
 
 
 def make_console(stderr: bool = False) -> Console:
@@ -48,9 +68,27 @@ def make_console(stderr: bool = False) -> Console:
 console = make_console(stderr=True)
 
 
+_SINK: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar("progress_sink", default=None)
+
+
+@contextlib.contextmanager
+def log_to(sink: Callable[[str], None]) -> Iterator[None]:
+    """While the block runs (in this thread or task), ``log`` and ``bar`` write their lines to ``sink``."""
+    token = _SINK.set(sink)
+    try:
+        yield
+    finally:
+        _SINK.reset(token)
+
+
 def log(message: str, enabled: bool = True) -> None:
-    """One dim status line on stderr (nothing when ``enabled`` is False)."""
-    if enabled:
+    """One dim status line on stderr, or to the ``log_to`` sink (nothing when ``enabled`` is False)."""
+    if not enabled:
+        return
+    sink = _SINK.get()
+    if sink is not None:
+        sink(message)
+    else:
         console.print(f"[dim]{escape(message)}[/]", highlight=False, soft_wrap=True)  # one line each, in logs too
 
 
@@ -170,7 +208,7 @@ def bar(
         return
     t0 = time.monotonic()
     counters: dict[str, int] = {}
-    if not sys.stderr.isatty():
+    if not sys.stderr.isatty() or _SINK.get() is not None:
         state = {"done": 0, "last": t0, "description": description}
         _write_status(_bar_state(description, 0, total, unit, 0.0))
 

@@ -70,7 +70,8 @@ class StageOutput:
 
 
 def _input_key(ws: Workspace, path: Path) -> str:
-    """Inputs under the workspace are recorded relative to it, so a moved workspace still skips finished stages."""
+    """Inputs and outputs under the workspace are recorded relative to it, so a moved or copied workspace still
+    skips finished stages (issue 38.12: a copy under another ``--home`` redid all five curation stages)."""
     path = Path(path).resolve()
     try:
         return str(path.relative_to(ws.root))
@@ -115,7 +116,7 @@ def run_wrapped(
     stored = None if force else read_manifest(first)
     if stored is not None and stored.get("fingerprint") == fingerprint(hashed, config, code):
         recorded = stored.get("outputs") or {}
-        if "summary" in stored and all(recorded.get(str(o)) == output_identity(o) for o in outputs):
+        if "summary" in stored and all(recorded.get(_input_key(ws, Path(o))) == output_identity(o) for o in outputs):
             return StageResult(stage, skipped=True, outputs=[str(o) for o in outputs], summary=stored["summary"])
     manifest = Manifest(stage=stage, inputs=hashed, config=config, code_version=code).seal()
     out = fn(manifest)
@@ -130,6 +131,6 @@ def run_wrapped(
     manifest.drops = dict(out.drops)
     manifest.extra.update(out.extra)
     manifest.wall_s = round((dt.datetime.now(dt.UTC) - t0).total_seconds(), 3)
-    manifest.outputs = {str(o): output_identity(o) for o in outputs}
+    manifest.outputs = {_input_key(ws, Path(o)): output_identity(o) for o in outputs}
     write_manifest(first, manifest)
     return StageResult(stage, outputs=[str(o) for o in outputs], summary=summary, wall_s=manifest.wall_s)

@@ -82,10 +82,23 @@ def _run_name() -> str:
 
 
 # --------------------------------------------------------------------------------------------------- tasks
+@contextlib.contextmanager
+def progress_to_run_log():
+    """While the block runs, ``curate.progress``'s lines (a stage's status lines, and its progress as a line every
+    30 s with the rate and the time left) go to this run's Prefect logger: the worker's log and the UI show them.
+    Off a terminal they went nowhere: a flow ran its stages with progress off (issue 38.10)."""
+    from curate.progress import log_to
+
+    with log_to(get_run_logger().info):
+        yield
+
+
 @task(cache_policy=NONE, task_run_name="{name}")
 def run_stage(name: str, recipe: Recipe, home: str, force: bool) -> dict:
-    """One stage through ``curate.pipeline.run_stage``; returns ``StageResult.to_dict()``."""
-    result = pipeline.run_stage(name, Workspace(Path(home)), recipe, force=force)
+    """One stage through ``curate.pipeline.run_stage``, its progress in the run's log; returns
+    ``StageResult.to_dict()``."""
+    with progress_to_run_log():
+        result = pipeline.run_stage(name, Workspace(Path(home)), recipe, force=force, progress=True)
     _log_result(result.to_dict())
     return result.to_dict()
 
@@ -207,6 +220,9 @@ def curate_dataset(
             run validates its parameters where this module's names do not resolve (pydantic: "not fully
             defined").
     """
+    from curate.progress import quiet_library_bars
+
+    quiet_library_bars()  # a worker's log is not a terminal: no tqdm bars of the libraries in it
     logger = get_run_logger()
     if recipe is None:
         recipe = pipeline.load_recipe(recipe_path, overrides)

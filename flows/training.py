@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import os
 from pathlib import Path
@@ -46,7 +47,7 @@ from prefect.cache_policies import NONE
 from prefect.runtime import flow_run
 
 from flows import artifacts
-from flows.curation import curate_dataset, exit_on_sigterm, reap_orphaned_servers
+from flows.curation import curate_dataset, exit_on_sigterm, progress_to_run_log, reap_orphaned_servers
 from training import outcome, runner
 from training.chain import check_launch, open_run
 from training.recipe import load_recipe
@@ -58,8 +59,15 @@ POLL_S = 2
 
 
 def step_task(name: str, fn, *args: Any) -> Any:
-    """``run_chain``'s ``call``: run one chain step as a Prefect task named after the step (no Prefect cache)."""
-    return task(fn, name=fn.__name__, task_run_name=name, cache_policy=NONE)(*args)
+    """``run_chain``'s ``call``: run one chain step as a Prefect task named after the step (no Prefect cache), with
+    the progress of what it runs in this process (``measure``'s curate stages) in the run's log."""
+
+    @functools.wraps(fn)
+    def logged(*a: Any, **kw: Any) -> Any:
+        with progress_to_run_log():
+            return fn(*a, **kw)
+
+    return task(logged, name=fn.__name__, task_run_name=name, cache_policy=NONE)(*args)
 
 
 def _log(message: str) -> None:
@@ -127,8 +135,11 @@ def train_chain(
         training_pool: run the training part on this work pool (a deployment of this flow there), curation here.
         part: ``all``, ``curation`` (only the curate recipe) or ``training`` (everything after curation).
     """
+    from curate.progress import quiet_library_bars
+
     if part not in PARTS:
         raise ValueError(f"part must be one of {PARTS}, got {part!r}")
+    quiet_library_bars()  # a worker's log is not a terminal: no tqdm bars of the libraries, here or in the steps
     logger = get_run_logger()
     recipe = load_recipe(recipe_path, overrides)
     run = open_run(recipe, home, out, echo=_log)

@@ -1,7 +1,7 @@
 """Model cards and lineage: every model folder this project writes says what made it.
 
 A model folder is ``save_pretrained`` model + tokenizer + ``README.md`` (a Hugging Face model card) +
-``lineage.json`` (the same facts, machine-readable, with absolute paths) + a ``generation_config.json`` fit for use
+``lineage.json`` (the same facts, machine-readable) + a ``generation_config.json`` fit for use
 (``max_new_tokens``, the stop and pad ids; transformers' ``max_length=20`` default dropped). ``write_model_card``
 writes all three; SFT, RL, re-distillation, merging and ``init-tiny`` call it, so a model found on disk (or on the
 hub) can always be traced back to its data (pool, selection, curriculum, solutions table, row counts), its recipe,
@@ -14,8 +14,10 @@ the chain init -> SFT -> RL -> re-distillation reads from the last folder alone.
 The card follows the hub's layout: YAML front matter (``library_name``, ``base_model`` when the chain starts from a
 hub model, tags, ``model-index`` with the held-out pass@1), then model description, training data (lineage),
 training procedure (recipe, hyperparameters, results), evaluation, usage (a ``transformers`` snippet) and code
-version. Paths in the card are relative to the workspace (``runs/...``, ``pools/...``; ``short_path``), content
-hashes are kept whole.
+version. Paths in the card and in ``lineage.json`` are relative to the workspace (``runs/...``, ``pools/...``;
+``short_path``), a model in the Hugging Face cache is named by its hub id, content hashes are kept whole: a folder
+copied to another machine or workspace names nothing of the machine it was made on (issue 38.13). ``read_lineage``
+gives the paths back as absolute ones, under the workspace the folder is in now.
 
     write_model_card(out / "final", kind="sft", base_model="Qwen/Qwen2.5-0.5B-Instruct",
                      data={"selection": "math-1500", "rows": 4500, "dropped": {"too_long": 3}},
@@ -49,6 +51,7 @@ CARD = "README.md"
 _DATA_ORDER = ("pool", "selection", "curriculum", "solutions", "source", "source_sha256", "rows", "problems",
                "dropped")  # fmt: skip
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_HUB_CACHE = re.compile(r"/models--([^/]+?)--([^/]+)/snapshots/[^/]+/?$")  # huggingface_hub's cache layout
 _REPO = Path(__file__).resolve().parents[1]  # the curate-rl checkout: its files are named ``curate-rl:<path>``
 EVALUATION_KEYS = ("pass_at_1", "stderr", "n_problems", "k", "temperature", "split", "dataset")
 _KINDS = {
@@ -90,11 +93,12 @@ def code_version() -> dict[str, Any]:
 
 
 def read_lineage(model_dir: str | Path) -> dict[str, Any]:
-    """The ``lineage.json`` of a model folder; ``FileNotFoundError`` naming the folder if it has none."""
+    """The ``lineage.json`` of a model folder, its paths absolute again (``_expand``: under the workspace the folder
+    is in now); ``FileNotFoundError`` naming the folder if it has none."""
     path = Path(model_dir) / LINEAGE
     if not path.is_file():
         raise FileNotFoundError(f"{model_dir} has no {LINEAGE} (not written by curate-rl's training)")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return _expand(json.loads(path.read_text(encoding="utf-8")), workspace_root(os.path.abspath(model_dir)))
 
 
 def _parent(model: str | Path | None) -> dict[str, Any] | None:
@@ -134,9 +138,13 @@ def short_path(value: Any, root: str | Path | None = None, base: str | Path | No
     'sft/final'
     >>> short_path("Qwen/Qwen2.5-Math-1.5B", root="/data/ws")
     'Qwen/Qwen2.5-Math-1.5B'
+    >>> short_path("/home/u/.cache/huggingface/hub/models--Qwen--Qwen2.5-Math-1.5B/snapshots/4a1b")
+    'Qwen/Qwen2.5-Math-1.5B'
     """
     if not isinstance(value, str) or not value.startswith("/"):
         return value
+    if hub := _HUB_CACHE.search(value):  # a snapshot in the Hugging Face cache: the model's hub id
+        return f"{hub[1]}/{hub[2]}"
     path = Path(value)
     for folder, prefix in ((base, ""), (root, ""), (_REPO, "curate-rl:")):
         if folder is not None and path.is_relative_to(folder) and path != Path(folder):
@@ -145,6 +153,25 @@ def short_path(value: Any, root: str | Path | None = None, base: str | Path | No
     if str(home) != "/" and path.is_relative_to(home):
         return "~/" + str(path.relative_to(home))
     return value
+
+
+def _expand(obj: Any, root: str | Path | None, key: str | None = None) -> Any:
+    """The paths ``_shorten`` wrote, absolute again: ``curate-rl:<path>`` and ``~/...`` always, a relative path
+    when it names something under the workspace ``root`` (a single name only as a model: ``base_model``,
+    ``sources``, e.g. a model folder ``init`` at the root); every other string (hub ids, names) unchanged."""
+    if isinstance(obj, Mapping):
+        return {k: _expand(v, root, k) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_expand(v, root, key) for v in obj]
+    if not isinstance(obj, str) or obj.startswith("/"):
+        return obj
+    if obj.startswith("curate-rl:"):
+        return str(_REPO / obj.removeprefix("curate-rl:"))
+    if obj.startswith("~/"):
+        return os.path.expanduser(obj)
+    if root is not None and ("/" in obj or key in ("base_model", "sources")) and (Path(root) / obj).exists():
+        return str(Path(root) / obj)
+    return obj
 
 
 def _shorten(obj: Any, root: str | Path | None, base: str | Path | None = None) -> Any:
@@ -219,9 +246,9 @@ def record_choice(model_dir: str | Path, choice: Mapping[str, Any]) -> Path:
 
 
 def _write(model_dir: Path, lineage: dict[str, Any]) -> Path:
-    io.write_json(model_dir / LINEAGE, lineage)
+    root = workspace_root(os.path.abspath(model_dir), (lineage.get("data") or {}).get("run"))
+    io.write_json(model_dir / LINEAGE, _shorten(lineage, root))  # no machine paths (module docstring)
     write_generation_config(model_dir, max_new_tokens(lineage))
-    root = workspace_root(model_dir, (lineage.get("data") or {}).get("run"))
     return io.write_text(model_dir / CARD, render_card(lineage, name=title(model_dir, lineage), root=root,
                                                        model_dir=model_dir))  # fmt: skip
 

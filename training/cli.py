@@ -23,6 +23,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's plain help: Rich's read "[default: 4]" and ".[gpu]" as markup, kept docstrings' hard line breaks and
+    # squeezed the option table at 80 columns (issue 38.15)
+    rich_markup_mode=None,
 )
 
 
@@ -338,7 +341,9 @@ def rl(
 @app.command("run")
 def run_(
     recipe: Annotated[Path, typer.Option("--recipe", "-r", help="training/recipes/<model>/<method>.yaml")],
-    set_: _SetOpt = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a recipe key: --set rl.learning_rate=1e-4.")
+    ] = None,
     home: Annotated[Path | None, typer.Option(help="Workspace root (else $CURATE_HOME, recipe, ./workspace).")] = None,
     out: Annotated[Path | None, typer.Option(help="Run folder (default <workspace>/runs/<recipe name>).")] = None,
     lock_timeout: Annotated[

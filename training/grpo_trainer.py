@@ -256,6 +256,11 @@ class CurateGRPOTrainer(GRPOTrainer):
         writes it): a resumed run draws the prompts the uninterrupted one would have."""
         self.bridge.load_checkpoint_state(json.loads((Path(checkpoint) / SAMPLER_STATE).read_text()))
 
+    def create_model_card(self, *args: Any, **kwargs: Any) -> None:
+        """No card from TRL: its stub (``a fine-tuned version of [None](https://huggingface.co/None)``) went into
+        ``checkpoints/README.md`` at every save (issue 38.14). The model card is the project's own, in ``final/``
+        (``training.card``)."""
+
     def _save_checkpoint(self, model, trial):
         folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
         state = self.bridge.checkpoint_state(self.state.global_step // self.steps_per_chunk)

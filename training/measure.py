@@ -61,6 +61,8 @@ def measure(run: Run, state: ChainState) -> ChainState:
 
     for part, fc in (record["select"].get("zero_variance_forecast") or {}).items():
         run.echo(f"[chain] measure: zero-variance groups forecast for the {part}: {describe(fc)}")
+    for warning in record["select"].get("warnings") or []:  # e.g. a selection of prompts it never measured
+        run.echo(f"[chain] measure: warning: {warning}")
     pinned = pin_data(run, ("curriculum",))
     chain.note("measure", "sft", {**record, "wall_s": round(time.perf_counter() - t0, 1), "pinned": pinned})
     chain.set_lineage(chain_lineage(run))  # now naming the measured curriculum

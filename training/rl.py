@@ -297,6 +297,7 @@ def grpo_args(cfg: RLConfig, out_dir: Path, world_size: int) -> Any:
         save_total_limit=cfg.save_total_limit,
         ignore_data_skip=True,
         dataloader_num_workers=0,
+        dataloader_pin_memory=cuda,  # on CPU, torch warns at every stage that it cannot pin memory
         shuffle_dataset=False,
         log_completions=False,
         disable_tqdm=True,

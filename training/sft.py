@@ -273,9 +273,15 @@ def build_trainer(cfg: SFTRunConfig, tokenizer: Any, rows: pl.DataFrame, output_
         callbacks=[run_folder.save_callback()],  # files.json in every checkpoint: a whole one is verifiable
     )
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts to stdout; ``progress_callback`` one line
+    trainer.create_model_card = no_stub_card  # the card is the project's own, in final/ (training.card)
     trainer.add_callback(progress_callback())
     run_folder.quiet_tied_weights(trainer.model)  # a resume loads tied embeddings once: not a missing key
     return trainer
+
+
+def no_stub_card(*args: Any, **kwargs: Any) -> None:
+    """What the trainer calls to write TRL's stub model card (``a fine-tuned version of
+    [None](https://huggingface.co/None)``) into ``checkpoints/README.md`` at every save (issue 38.14): nothing."""
 
 
 def progress_line(step: int, max_steps: int, logs: Mapping[str, Any]) -> str | None:

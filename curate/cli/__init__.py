@@ -40,6 +40,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's plain help: Rich's read "[default: 4]" and ".[gpu]" as markup, kept docstrings' hard line breaks and
+    # squeezed the option table at 80 columns (issue 38.15)
+    rich_markup_mode=None,
 )
 
 

@@ -68,22 +68,28 @@ USER_ERRORS: tuple[type[BaseException], ...] = (CurateError,)  # LockTimeout inc
 
 
 def _mapping_rows(key: str, value: dict) -> list[tuple[str, str]]:
-    """A mapping as ``k=v, ...`` on one row; a mapping of mappings as one row per part (``key.part``, e.g.
-    ``zero_variance_forecast.pool`` and ``.selection``)."""
+    """A mapping as ``k=v, ...`` on one row, or one row per entry (``key.k  v``) when that row would be wider
+    than the console (``curate show``'s table paths); a mapping of mappings as one row per part (``key.part``,
+    e.g. ``zero_variance_forecast.pool`` and ``.selection``)."""
     if value and all(isinstance(v, dict) for v in value.values()):
         return [(f"{key}.{part}", escape(", ".join(f"{k}={v}" for k, v in inner.items()) or "-"))
                 for part, inner in value.items()]  # fmt: skip
-    return [(key, escape(", ".join(f"{k}={v}" for k, v in value.items()) or "-"))]
+    line = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
+    if len(key) + len(line) + 2 > out.width:
+        return [(f"{key}.{k}", escape(str(v))) for k, v in value.items()]
+    return [(key, escape(line))]
 
 
 def render_summary(summary: dict) -> None:
-    """Render a nested summary dict: scalars as a key/value table, lists of rows as their own tables, and
-    ``warnings`` (a list of text) as ``warning:`` lines on stderr."""
+    """Render a nested summary dict: scalars as ``key  value`` lines (keys aligned), lists of rows as tables, and
+    ``warnings`` (a list of text) as ``warning:`` lines on stderr.
+
+    The scalars are lines, not a table: a table cut long values (the paths ``curate show`` exists to show) to its
+    column at 80 columns, and padded every piped line to the longest one (505 characters; issue 38.15). A long line
+    now wraps where the terminal wraps it and is whole in a pipe or a log."""
     if not summary:
         return
-    scalars = Table(show_header=False, box=None, pad_edge=False)
-    scalars.add_column(style="bold")
-    scalars.add_column()
+    scalars: list[tuple[str, str]] = []
     nested, warnings = [], []
     for key, value in summary.items():
         if key == "warnings" and isinstance(value, list):
@@ -91,9 +97,10 @@ def render_summary(summary: dict) -> None:
         elif isinstance(value, list) and value and isinstance(value[0], dict):
             nested.append((key, value))
         else:
-            for label, text in _mapping_rows(key, value) if isinstance(value, dict) else [(key, escape(str(value)))]:
-                scalars.add_row(label, text)
-    out.print(scalars)
+            scalars += _mapping_rows(key, value) if isinstance(value, dict) else [(key, escape(str(value)))]
+    width = max((len(label) for label, _ in scalars), default=0)
+    for label, text in scalars:
+        out.print(f"[bold]{escape(label)}[/]{' ' * (width - len(label) + 2)}{text}", highlight=False, soft_wrap=True)
     for key, rows in nested:
         table = Table(title=key)
         cols = list(rows[0])

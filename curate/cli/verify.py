@@ -156,7 +156,7 @@ def register(app: typer.Typer) -> None:
             typer.Option("--out", help="Output Parquet (default: <file stem>.verified.parquet in this folder)."),
         ] = None,
         workers: Annotated[int, typer.Option(help="Worker processes (0: one per CPU core).")] = 0,
-        item_timeout: Annotated[float, typer.Option(help="Wall-clock bound per check, seconds.")] = 10.0,
+        item_timeout: Annotated[float, typer.Option(help="Seconds per check (waits for a CPU not counted).")] = 10.0,
         as_json: Json = False,
     ) -> None:
         """Check (gold, completion) pairs: write each row's verdict beside it and summarize.

@@ -81,6 +81,10 @@ class SelectConfig:
     (prose, several values in a sentence; flagged ``unverifiable_answer`` at ingest): their RL reward would be wrong.
     ``drop_suspect_gold`` leaves out problems whose gold answer ``curate score`` found suspect (``suspect_gold``:
     the reason is the drop reason): a reward on a wrong gold that matches a slip of the model teaches the slip.
+    prefer_measured: when sampling on a score (``des``, ``pass_rate``, ...) and some eligible problems have rollouts
+    of their own (``n_samples > 0``), draw from those first; the others, whose pass rate is predicted, only fill
+    what they cannot, and a warning says how many (issue 38.12: a measure of 96 prompts gave a selection of 48
+    prompts that had never been measured).
     max_prompt_chars: longer problems are dropped as too_long (None = no bound). sources: select only problems
     first read from these ingest sources (their ``name``; None = every source), e.g. the SFT set from one
     generator source and the RL set from another in one pool; the others are dropped as ``other_source``.
@@ -108,6 +112,7 @@ class SelectConfig:
     drop_suspect_gold: bool = True
     drop_zero_variance: bool = True
     drop_solved: bool = True
+    prefer_measured: bool = True
     max_prompt_chars: int | None = 8192
     instruction: str = prompts.INSTRUCTION
     plots: bool = True
@@ -232,24 +237,21 @@ def select_frame(candidates: pl.DataFrame, cfg: SelectConfig) -> tuple[pl.DataFr
     eligible = frame.filter(pl.col(S.DROP_REASON).is_null()).drop(S.DROP_REASON)
     size = cfg.effective_size()
     sampled = 0 < size < eligible.height
-    weight = sign * pl.col(S.SELECT_SCORE)
-    if sampled and (cfg.temperature > 0 or column == RANDOM):
-        noise = pl.Series(_KEY, gumbel_noise(eligible[S.PROBLEM_ID].to_list(), cfg.seed))
-        scaled = weight / cfg.temperature if cfg.temperature > 0 else pl.lit(0.0)  # random at T = 0: noise alone
-        eligible = eligible.with_columns((scaled + noise).alias(_KEY))
+    measured = _measured(eligible, cfg, column)
+    if sampled and measured is not None and 0 < int(measured.sum()) < eligible.height:
+        first = eligible.filter(measured)  # prompts with rollouts of their own first; the rest only fill up
+        tiers = [_draw(first, min(size, first.height), cfg, column, sign)]
+        if size > first.height:
+            tiers.append(_draw(eligible.filter(~measured), size - first.height, cfg, column, sign))
+        chosen = pl.concat([t.with_columns(pl.lit(-k).alias("_tier")) for k, t in enumerate(tiers)])
     else:
-        eligible = eligible.with_columns(weight.alias(_KEY))
-    counts = dict(eligible.group_by(S.CLUSTER).len().iter_rows())
-    quotas = cluster_quotas(counts, size) if sampled else counts
+        chosen = _draw(eligible, size if sampled else eligible.height, cfg, column, sign).with_columns(_tier=0)
     chosen = (
-        eligible.with_columns(pl.col(_KEY).rank("ordinal", descending=True).over(S.CLUSTER).alias("_r"))
-        .join(pl.DataFrame({S.CLUSTER: list(quotas), "_q": list(quotas.values())}).cast({S.CLUSTER: pl.Int32}),
-              on=S.CLUSTER, how="left", maintain_order="left")
-        .filter(pl.col("_r") <= pl.col("_q"))
-        .sort([_KEY, S.PROBLEM_ID], descending=[True, False])
+        chosen.sort(["_tier", _KEY, S.PROBLEM_ID], descending=[True, True, False])
         .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int32).alias(S.RANK))
-        .drop("_r", "_q", _KEY)
-    )  # fmt: skip
+        .drop(_KEY, "_tier")
+    )
+    counts = dict(eligible.group_by(S.CLUSTER).len().iter_rows())
     reasons = dict(drops.group_by(S.DROP_REASON).len().iter_rows())
     report = {
         "rows_in": candidates.height,
@@ -262,8 +264,44 @@ def select_frame(candidates: pl.DataFrame, cfg: SelectConfig) -> tuple[pl.DataFr
         "clusters_eligible": len(counts),
         "clusters_selected": chosen[S.CLUSTER].n_unique() if chosen.height else 0,
     }
+    if measured is not None:  # how many prompts the sampled score was measured on, not predicted for
+        report["measured"] = {
+            "candidates": int(_measured(candidates, cfg, column).sum()),
+            "eligible": int(measured.sum()),
+            "selected": int(chosen.select((pl.col(S.N_SAMPLES).fill_null(0) > 0).sum()).item()),
+        }
     assert report["selected"] + report["not_sampled"] + drops.height == candidates.height
     return chosen, drops, report
+
+
+def _measured(frame: pl.DataFrame, cfg: SelectConfig, column: str) -> pl.Series | None:
+    """Which rows have rollouts of their own (``n_samples > 0``), when the selection samples on a score that comes
+    from them (``SCORE_DRIVEN``) and ``prefer_measured`` is on; else None (no preference)."""
+    if not cfg.prefer_measured or column not in SCORE_DRIVEN or S.N_SAMPLES not in frame.columns:
+        return None
+    return frame[S.N_SAMPLES].fill_null(0) > 0
+
+
+def _draw(eligible: pl.DataFrame, size: int, cfg: SelectConfig, column: str, sign: float) -> pl.DataFrame:
+    """``size`` rows of ``eligible`` (all of them when ``size`` is its height): per-cluster quotas, and within a
+    cluster the highest sampling keys (the score over T plus Gumbel noise, ``_KEY``), which stay in the frame."""
+    sampled = 0 < size < eligible.height
+    weight = sign * pl.col(S.SELECT_SCORE)
+    if sampled and (cfg.temperature > 0 or column == RANDOM):
+        noise = pl.Series(_KEY, gumbel_noise(eligible[S.PROBLEM_ID].to_list(), cfg.seed))
+        scaled = weight / cfg.temperature if cfg.temperature > 0 else pl.lit(0.0)  # random at T = 0: noise alone
+        eligible = eligible.with_columns((scaled + noise).alias(_KEY))
+    else:
+        eligible = eligible.with_columns(weight.alias(_KEY))
+    counts = dict(eligible.group_by(S.CLUSTER).len().iter_rows())
+    quotas = cluster_quotas(counts, size) if sampled else counts
+    return (
+        eligible.with_columns(pl.col(_KEY).rank("ordinal", descending=True).over(S.CLUSTER).alias("_r"))
+        .join(pl.DataFrame({S.CLUSTER: list(quotas), "_q": list(quotas.values())}).cast({S.CLUSTER: pl.Int32}),
+              on=S.CLUSTER, how="left", maintain_order="left")
+        .filter(pl.col("_r") <= pl.col("_q"))
+        .drop("_r", "_q")
+    )  # fmt: skip
 
 
 def waste_forecast(candidates: pl.DataFrame, selection: pl.DataFrame, cfg: SelectConfig) -> dict[str, Any]:
@@ -444,6 +482,14 @@ def _warnings(
         out.append(
             f"size {size} asked for, but only {report['eligible']} rows pass the filters, so the selection has "
             f"{report['selected']} (drops: {dropped})"
+        )
+    measured = report.get("measured") or {}
+    unmeasured = report["selected"] - measured.get("selected", report["selected"])
+    if measured.get("candidates") and unmeasured:
+        out.append(
+            f"{unmeasured} of the {report['selected']} selected prompts have no rollouts of their own, only predicted "
+            f"pass rates: {measured['eligible']} of the {measured['candidates']} measured prompts pass the filters, "
+            "and the selection holds all of them (measure more prompts, e.g. a larger rollout.limit, or select fewer)"
         )
     if filters is None:
         out.append("no filters.parquet: not decontaminated or deduplicated (run the decontaminate stage)")

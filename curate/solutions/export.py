@@ -6,7 +6,7 @@
   completion-only loss trains on the solution alone. Beside them, for lineage and filtering: ``problem_id``,
   ``solution_id``, ``origin``, ``model``, ``run_id``, ``sample_idx``, ``answer``.
 - ``lineage.json``: which pool and selection (content hashes), the solutions table (rows, a hash of its solution
-  ids), every ledger part file a
+  ids; paths relative to the workspace), every ledger part file a
   row came from with how many rows it gave, the teacher (model, backend, sampling, run id, samples), the answer
   checker's settings and the stage config.
 - ``README.md``: the dataset card (counts, origins, drops, pools, how to load); ``manifest.json``.
@@ -87,7 +87,7 @@ def lineage(
     selection = None
     if cfg.selection:
         path = selection_file if selection_file is not None else ws.selection_dir(cfg.selection) / "selection.parquet"
-        selection = {"name": cfg.selection, "path": str(path), "sha256": file_hash(path)}
+        selection = {"name": cfg.selection, "path": ws.model_name(str(path)), "sha256": file_hash(path)}
     teacher = None
     if cfg.teacher is not None:
         teacher = {
@@ -96,14 +96,15 @@ def lineage(
             **{k: v for k, v in (summary.get("teacher") or {}).items() if k.endswith(("total", "this_run"))},
         }
         teacher["openai"].pop("api_key_env", None)
+        teacher["model"] = ws.model_name(teacher["model"])  # a folder of this workspace by its relative path
     problems_path = ws.table(pool, "problems")
     ids = "\n".join(sorted(kept[S.SOLUTION_ID].to_list()))
     return {
         "pool": pool,
-        "problems": {"path": str(problems_path), "sha256": file_hash(problems_path)},
+        "problems": {"path": ws.model_name(str(problems_path)), "sha256": file_hash(problems_path)},
         "selection": selection,
         "solutions_table": {  # solution ids are content hashes: this identifies the table's content
-            "path": str(table),
+            "path": ws.model_name(str(table)),
             "rows": kept.height,
             "solution_ids_sha256": hashlib.sha256(ids.encode()).hexdigest(),
         },

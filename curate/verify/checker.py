@@ -20,16 +20,19 @@ How one completion is judged:
 
 Verdicts (``schema.VERDICTS``), each with a ``detail``: ``correct``; ``wrong`` (also hedges); ``no_answer`` (nothing
 extracted); ``unparseable`` (unreadable completion or answer, or a gold answer math-verify cannot read: detail
-``gold_unparseable``); ``timeout`` (math-verify or the per-item wall bound ran out); ``truncated``; ``error`` (the
+``gold_unparseable``); ``timeout`` (math-verify's or the per-item time bound ran out); ``truncated``; ``error`` (the
 worker died on this item). **Truncation rule:** ``truncated`` means ``finish_reason == "length"`` *and* no final answer
 was extracted; a truncated completion that did state an answer is graded like any other.
 
-Processes: math-verify's timeouts use ``SIGALRM``, which works only in a main thread. ``check_batch`` therefore runs
-math-verify in worker processes (``spawn``), where the alarm works, and the parent also kills a worker that overruns
-``item_timeout_s`` (a C-level hang no signal can stop): that item is marked, the worker replaced, the rest of the batch
-continues. The pool is created lazily (``check_batch`` starts it at its first math-verify task, so that the workers'
-imports overlap the screening of the rest of the batch), kept for later calls, and shut down at exit. ``check`` runs
-in-process in the main thread and through the pool elsewhere. Most of the speed comes from deduplicating identical
+Time bounds count CPU time, not the wall clock, so a verdict does not depend on how busy the machine is (issue 38.17:
+on a loaded box the same right answer came back ``timeout``). math-verify runs with its own ``SIGALRM`` timeouts off
+and inside ``cpu_limit`` (a ``SIGPROF`` timer on the process's CPU time); signals work only in a main thread, so
+``check_batch`` runs math-verify in worker processes (``spawn``), and the parent also kills a worker that overruns
+``item_timeout_s`` (a C-level hang no signal can stop), not counting the time the worker waited for a CPU
+(``curate.verify.pool``): that item is marked, the worker replaced, the rest of the batch continues. The pool is
+created lazily (``check_batch`` starts it at its first math-verify task, so that the workers' imports overlap the
+screening of the rest of the batch), kept for later calls, and shut down at exit. ``check`` runs in-process in the
+main thread and through the pool elsewhere. Most of the speed comes from deduplicating identical
 (gold, answer) pairs and from the fast paths, which never reach math-verify. Scripts that call the pool need the
 usual ``if __name__ == "__main__":`` guard (spawn re-imports the main module).
 """
@@ -37,13 +40,12 @@ usual ``if __name__ == "__main__":`` guard (spawn re-imports the main module).
 from __future__ import annotations
 
 import atexit
-import math
+import contextlib
 import os
 import re
 import signal
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,8 +59,9 @@ from curate.verify.answers import ANSWER_IS, ANSWER_LINE, find_boxed, normalize_
 class VerifyConfig:
     """Bounds, extraction switches and reward values of the answer checker (recipe key ``verify``).
 
-    Timeouts: ``parse_timeout_s`` / ``verify_timeout_s`` are math-verify's own (whole seconds, SIGALRM);
-    ``item_timeout_s`` is the wall bound per item the parent enforces by killing the worker.
+    Timeouts: ``parse_timeout_s`` / ``verify_timeout_s`` bound one math-verify parse / one comparison (both
+    directions when symmetric) in CPU seconds (``cpu_limit``); ``item_timeout_s`` is the bound per item the parent
+    enforces by killing the worker: wall seconds less the time the worker waited for a CPU (``curate.verify.pool``).
     ``workers``: worker processes for ``check_batch``; 0 means one per CPU core.
     ``max_distinct_boxed``: more different boxed answers than this is a hedge (``wrong``).
     ``require_think``: a completion without ``think_tag`` has no answer (for reasoning models whose template opens
@@ -217,13 +220,47 @@ def _mv() -> Any:
 _MIXED_PERCENT = re.compile(r"(?<![\d.}])(\d{1,9})\s*\\frac\{(\d{1,9})\}\{(\d{1,9})\}(?=\s*\\?%)")
 
 
+@contextlib.contextmanager
+def cpu_limit(seconds: float) -> Iterator[list[bool]]:
+    """Raise math-verify's ``TimeoutException`` once this process has spent ``seconds`` of CPU time in the block
+    (``ITIMER_PROF``: CPU time, so a busy machine does not make an answer time out). Yields a list that holds
+    ``True`` once the limit was hit (math-verify's ``parse`` swallows the exception and returns ``[]``). Main thread
+    only; the caller's own ``SIGPROF`` handler and timer are put back afterwards."""
+    from math_verify.errors import TimeoutException
+
+    fired: list[bool] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        fired.append(True)
+        raise TimeoutException(f"over {seconds:g} CPU-s")
+
+    previous = signal.signal(signal.SIGPROF, handler)
+    timer = signal.setitimer(signal.ITIMER_PROF, seconds)
+    try:
+        yield fired
+    finally:
+        try:
+            signal.setitimer(signal.ITIMER_PROF, 0)
+        finally:  # even when the limit fires on the way out
+            signal.signal(signal.SIGPROF, previous)
+            if timer[0] > 0:
+                signal.setitimer(signal.ITIMER_PROF, *timer)
+
+
 def _parse(text: str, cfg: VerifyConfig) -> tuple[list, bool]:
     """math-verify's parse of one answer (wrapped in ``\\boxed{}``), and whether it ran out of time."""
     mv = _mv()
     text = _MIXED_PERCENT.sub(lambda m: f"\\frac{{{int(m[1]) * int(m[3]) + int(m[2])}}}{{{m[3]}}}", text)
-    t0 = time.monotonic()
-    parsed = mv.parse("\\boxed{" + text + "}", parsing_timeout=cfg.parse_timeout_s)
-    return parsed, not parsed and time.monotonic() - t0 >= cfg.parse_timeout_s * 0.95
+    with cpu_limit(cfg.parse_timeout_s) as fired:
+        parsed = mv.parse("\\boxed{" + text + "}", parsing_timeout=None)  # bounded by cpu_limit instead
+    return parsed, bool(fired) and not parsed
+
+
+def _verify(gold: list, cand: list, cfg: VerifyConfig) -> tuple[bool, bool]:
+    """math-verify's comparison of parsed answers, and whether it ran out of time."""
+    with cpu_limit(cfg.verify_timeout_s) as fired:
+        ok = _mv().verify(gold, cand, timeout_seconds=None)  # bounded by cpu_limit instead
+    return ok, bool(fired) and not ok
 
 
 def _judge(task: tuple[tuple[str, ...], str, bool], cfg: VerifyConfig, cache: dict) -> tuple[str, str]:
@@ -244,13 +281,12 @@ def _judge(task: tuple[tuple[str, ...], str, bool], cfg: VerifyConfig, cache: di
         return "timeout", "parse"
     if not cand_parsed:
         return "unparseable", "answer"
-    t0 = time.monotonic()
-    ok = _mv().verify(gold_parsed, cand_parsed, timeout_seconds=cfg.verify_timeout_s)
+    ok, timed_out = _verify(gold_parsed, cand_parsed, cfg)
     if not ok and symmetric:
-        ok = _mv().verify(cand_parsed, gold_parsed, timeout_seconds=cfg.verify_timeout_s)
+        ok, timed_out = _verify(cand_parsed, gold_parsed, cfg)
     if ok:
         return "correct", "math_verify"
-    if time.monotonic() - t0 >= cfg.verify_timeout_s * 0.95:
+    if timed_out:
         return "timeout", "verify"
     if all(isinstance(p, str) for p in cand_parsed):
         return "unparseable", "answer"
@@ -270,14 +306,8 @@ def _judge_safely(task: tuple, cfg: VerifyConfig, cache: dict) -> tuple[str, str
 
 
 def _judge_here(task: tuple, cfg: VerifyConfig) -> tuple[str, str]:
-    """``_judge_safely`` in this process (main thread only), keeping any SIGALRM timer the caller had armed."""
-    pending = signal.alarm(0)
-    t0 = time.monotonic()
-    try:
-        return _judge_safely(task, cfg, _LOCAL_CACHE)
-    finally:
-        if pending:
-            signal.alarm(max(1, pending - math.ceil(time.monotonic() - t0)))
+    """``_judge_safely`` in this process (main thread only; ``cpu_limit`` keeps any timer the caller had armed)."""
+    return _judge_safely(task, cfg, _LOCAL_CACHE)
 
 
 _LOCAL_CACHE: dict = {}

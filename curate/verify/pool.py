@@ -1,11 +1,14 @@
-"""A small persistent process pool with a wall-clock deadline per item, for the answer checker (``curate.verify``).
+"""A small persistent process pool with a deadline per item, for the answer checker (``curate.verify``).
 
 Why not ``concurrent.futures.ProcessPoolExecutor``: one worker that dies breaks the whole executor (every pending
 future fails), and a hung task cannot be killed alone. Here each worker gets a chunk of items and answers them one
 message per item, so the parent always knows which item a worker is on: when a worker dies, or stays on one item past
 ``item_timeout_s``, that item alone is marked (``error`` / ``timeout``), the worker is killed and replaced, and the
-rest of its chunk is re-queued. Workers are ``spawn``-ed (each gets a real main thread, where math-verify's
-``SIGALRM`` timeouts work, whatever thread the caller is on) and optionally capped in address space.
+rest of its chunk is re-queued. The time an item takes is wall time less the time its worker waited for a CPU
+(Linux's ``/proc/<pid>/schedstat``; plain wall time elsewhere), so a busy machine does not turn an answer into a
+``timeout``, while a worker that hangs, spinning or blocked, is still killed. Workers are ``spawn``-ed (each gets a
+real main thread, where the checker's ``SIGPROF`` CPU-time limits work, whatever thread the caller is on) and
+optionally capped in address space.
 
 The pool knows nothing about math: ``Pool(n, init, handle)`` calls ``state = init()`` once per worker and then
 ``handle(state, cfg, item)`` per item. Both must be importable module-level functions (spawn pickles them by name).
@@ -59,6 +62,16 @@ def warn_unguarded_main() -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
+def cpu_wait_s(pid: int) -> float:
+    """Seconds process ``pid`` has been runnable but waiting for a CPU (the second field of Linux's
+    ``/proc/<pid>/schedstat``, in ns); 0.0 where the kernel does not say (another OS, the process gone)."""
+    try:
+        with open(f"/proc/{pid}/schedstat", encoding="ascii") as fh:
+            return int(fh.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def _worker_main(conn: Any, init: Callable[[], Any], handle: Callable, memory_mb: int) -> None:
     """Body of a worker process: handle items from the pipe, one result message per item, until ``None``.
 
@@ -103,6 +116,20 @@ class _Worker:
         self.ready = False
         self.pending: deque[int] = deque()
         self.deadline = 0.0
+        self.waited = 0.0  # its CPU wait (``cpu_wait_s``) when ``deadline`` was last set or moved
+
+    def start_clock(self, seconds: float) -> None:
+        """Give the current item ``seconds`` from now."""
+        self.deadline = time.monotonic() + seconds
+        self.waited = cpu_wait_s(self.proc.pid)
+
+    def overran(self, now: float) -> bool:
+        """Whether the current item is past its deadline, once the deadline has moved by the time the worker
+        spent waiting for a CPU since the clock started (that is the machine's load, not the item's cost)."""
+        waited = cpu_wait_s(self.proc.pid)
+        self.deadline += max(0.0, waited - self.waited)
+        self.waited = max(waited, self.waited)
+        return now > self.deadline
 
     def stop(self, graceful: bool = True) -> None:
         try:
@@ -192,7 +219,7 @@ class Pool:
                         self.workers[k] = self._new()
                         continue
                     w.pending.extend(chunk)
-                    w.deadline = now + item_timeout_s + (0 if w.ready else START_TIMEOUT_S)
+                    w.start_clock(item_timeout_s + (0 if w.ready else START_TIMEOUT_S))
             busy = {w.conn: w for w in self.workers if w.pending}
             if not busy:
                 continue
@@ -201,7 +228,7 @@ class Pool:
                 try:
                     while conn.poll():
                         msg = conn.recv()
-                        w.deadline = time.monotonic() + item_timeout_s
+                        w.start_clock(item_timeout_s)
                         if msg[0] == "ready":
                             w.ready = True
                         else:
@@ -211,6 +238,6 @@ class Pool:
                     fail(w, ("error", "worker died"))
             now = time.monotonic()
             for w in busy.values():
-                if w in self.workers and w.pending and now > w.deadline:
+                if w in self.workers and w.pending and now > w.deadline and w.overran(now):
                     fail(w, ("timeout", f"killed after {item_timeout_s:g}s"))
         return results

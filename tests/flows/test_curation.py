@@ -176,6 +176,27 @@ def test_flow_runs_every_stage_like_the_cli_and_publishes_artifacts(prefect_harn
 
 
 @pytest.mark.slow
+def test_a_stages_progress_is_in_the_runs_log(prefect_harness, write_recipe, tmp_path):
+    """A stage run by the flow reports its progress to the run's Prefect log (what a worker's log and the UI show):
+    ingest's status lines, and the near-duplicate search's progress line (the end line of its bar). Before, the flow
+    ran its stages with progress off: a worker's log was silent 6.4 minutes while a stage embedded 2,977 problems
+    (issue 38.10)."""
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogWorker
+
+    from tests.flows.test_server import patience
+
+    recipe = write_recipe("progress", stages=["ingest", "decontaminate"], decontaminate={"use_embeddings": False})
+    state = curate_dataset(recipe_path=str(recipe), home=str(tmp_path / "ws"), return_state=True)
+    assert state.is_completed(), state.message
+    APILogWorker.drain_all(timeout=patience(30))
+    log_filter = LogFilter(flow_run_id=LogFilterFlowRunId(any_=[_flow_run_id(state)]))
+    messages = [log.message for log in prefect_harness.read_logs(log_filter=log_filter)]
+    assert any(m.startswith("reading gen/train") for m in messages), messages
+    assert any(m.startswith("near-duplicate search over") and " rows in " in m for m in messages), messages
+
+
+@pytest.mark.slow
 def test_failed_stage_fails_the_run_keeps_finished_work_and_resumes(prefect_harness, write_recipe, tmp_path):
     client = prefect_harness
     stages = [s for s in ("ingest", "score") if s in config.load_recipe(write_recipe("probe")).stages]

@@ -255,6 +255,7 @@ def _check_resumed_chain(home: Path, run_dir: Path) -> None:
     run's own ledger, and the final model's card naming its selection, curriculum, solutions and recipe."""
     from curate import io
     from curate.rollout import ledger as rollout_ledger
+    from training.card import read_lineage
 
     rl1 = json.loads((run_dir / "rl" / "01-stage1" / "summary.json").read_text())
     assert rl1["resumed_from"] and Path(rl1["resumed_from"]).name.startswith("checkpoint-")
@@ -267,7 +268,8 @@ def _check_resumed_chain(home: Path, run_dir: Path) -> None:
     summary = json.loads((run_dir / "summary.json").read_text())
     model = Path(summary["final_model"])
     assert model == run_dir / "rl" / "02-stage2" / "final" and (model / "config.json").is_file()
-    lineage = json.loads((model / "lineage.json").read_text())
+    assert str(home) not in (model / "lineage.json").read_text()  # no machine path in the file (issue 38.13)
+    lineage = read_lineage(model)  # its paths absolute again
     assert lineage["data"]["selection"].endswith("selections/t/selection.parquet")
     assert lineage["data"]["curriculum"] == str(run_dir / "data" / "curriculum")  # the run's own copy
     assert lineage["data"]["data"]["sources"]["curriculum"].endswith("curricula/t")

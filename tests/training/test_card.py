@@ -76,6 +76,47 @@ def test_card_has_model_index_sections_relative_paths_and_a_usable_generation_co
     assert gen["eos_token_id"] == config["eos_token_id"] and gen["pad_token_id"] == config["pad_token_id"]
 
 
+def test_lineage_json_names_workspace_paths_and_hub_ids_and_reads_back_where_the_folder_is(tmp_path, tiny):
+    """``lineage.json`` holds no path of the machine it was made on (issue 38.13: every one was absolute): files of
+    the workspace by their path in it, a model in the Hugging Face cache by its hub id; ``read_lineage`` gives them
+    back absolute, under the workspace the folder is in now, so the chain's own checks still match."""
+    import shutil
+
+    from training.card import read_lineage, write_model_card
+    from training.chain import stamp_lineage
+
+    ws, model = _model_in_run(tmp_path, tiny)
+    init = ws / "runs" / "demo" / "init"
+    shutil.copytree(tiny, init)
+    for path in ("selections/tiny/selection.parquet", "runs/demo/data/sft.parquet"):
+        (ws / path).parent.mkdir(parents=True, exist_ok=True)
+        (ws / path).write_bytes(b"x")
+    data = {
+        "pool": "tiny",
+        "selection": str(ws / "selections/tiny/selection.parquet"),
+        "source": str(ws / "runs/demo/data/sft.parquet"),
+        "run": str(ws / "runs/demo"),
+        "recipe_name": "demo",
+    }
+    snapshot = "/home/u/.cache/huggingface/hub/models--Qwen--Qwen2.5-0.5B/snapshots/4a1b"
+    write_model_card(model, kind="sft", base_model=str(init), data=data,
+                     recipe={"sft": {"model": str(init), "teacher": snapshot}}, metrics={})  # fmt: skip
+    text = (model / "lineage.json").read_text()
+    assert str(tmp_path) not in text and "/home/u" not in text
+    stored = json.loads(text)
+    assert stored["base_model"] == stored["sources"][0] == "runs/demo/init"
+    assert stored["data"]["selection"] == "selections/tiny/selection.parquet" and stored["data"]["run"] == "runs/demo"
+    assert stored["recipe"]["sft"] == {"model": "runs/demo/init", "teacher": "Qwen/Qwen2.5-0.5B"}
+    assert stored["parents"][0]["kind"] == "init"  # the base model's lineage, embedded
+    assert read_lineage(model)["data"] == data
+    assert not stamp_lineage(model, data)  # the chain's absolute lineage is what the folder already says
+
+    moved = tmp_path / "elsewhere"
+    shutil.move(ws, moved)
+    back = read_lineage(moved / "runs" / "demo" / "sft" / "final")
+    assert back["base_model"] == str(moved / "runs/demo/init") and back["data"]["run"] == str(moved / "runs/demo")
+
+
 def test_usage_snippet_runs_from_the_workspace_without_length_warnings(tmp_path, tiny, monkeypatch, caplog):
     from transformers.utils import logging as hf_logging
 

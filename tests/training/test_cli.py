@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 
 def test_training_reward_on_jsonl(tmp_path, capsys):
     from training.cli import main
@@ -80,3 +82,69 @@ def test_help_texts_show_no_rst_markup_or_internal_names():
         for key in (f.name for f in dataclasses.fields(config)):
             family = f"{key.split('_')[0]}_*" if key.startswith("vllm_") else f"{key}.*"
             assert re.search(rf"\b{key}\b", text) or family in text, (verb, key)
+
+
+def _training_commands() -> list[str]:
+    from tests.help_screens import commands
+    from training.cli import app
+
+    return commands(app)
+
+
+@pytest.mark.parametrize("name", _training_commands())
+def test_every_help_screen_fits_80_columns_whole(name, capsys, monkeypatch):
+    """At 80 columns (issue 38.15): every ``[default: X]`` shown (Rich's markup ate them), option names whole,
+    paragraphs wrapped to the width, no ``<bool>`` on flags."""
+    from tests.help_screens import WIDTH, help_problems
+    from training.cli import app
+
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    assert help_problems(app, name, capsys) == []
+
+
+def test_help_examples_are_what_the_commands_take(capsys, monkeypatch):
+    """``eval``'s install hint names the extra (Rich's markup printed ``pip install -e '.'``), and ``run``'s
+    ``--set`` example is a key a training recipe takes (``learning_rate`` alone is one of ``sft``'s and ``rl``'s)."""
+    from curate.config import parse_overrides
+    from tests.help_screens import render
+    from training.cli import app
+    from training.recipe import load_recipe
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert "pip install -e '.[gpu]'" in " ".join(render(app, "eval", capsys).split())
+    (example,) = re.findall(r"--set (\S+=\S+?)\.?\s", render(app, "run", capsys))
+    recipe = load_recipe("training/recipes/tiny/fastcurl.yaml", parse_overrides([example]))
+    assert recipe.rl.learning_rate == 1e-4
+
+
+@pytest.mark.slow  # a Python that imports transformers and datasets
+def test_off_a_terminal_the_libraries_progress_bars_stay_out_of_the_log(monkeypatch, tmp_path):
+    """The demo's log was mostly transformers' and datasets' tqdm bars ("Loading weights", "Writing model shards",
+    "Tokenizing train dataset"), one line of carriage returns each (issue 38.10): both CLIs turn them off when
+    stderr is not a terminal, through the environment the training steps' processes inherit."""
+    import os
+    import subprocess
+    import sys
+
+    from curate.progress import LIBRARY_BARS
+    from training.cli import main
+
+    for name in LIBRARY_BARS:
+        monkeypatch.delenv(name, raising=False)
+    assert main(["--version"]) == 0  # pytest's stderr is no terminal
+    assert all(os.environ[name] == "1" for name in LIBRARY_BARS)
+    check = ("import datasets; from transformers.utils import logging; "
+             "print(logging.is_progress_bar_enabled(), datasets.is_progress_bar_enabled())")  # fmt: skip
+    step = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=os.environ.copy())
+    assert step.stdout.split() == ["False", "False"], step.stderr[-2000:]
+
+
+@pytest.mark.slow  # imports TRL
+def test_rl_on_cpu_does_not_ask_for_pinned_memory(tmp_path):
+    """On CPU, TRL's default ``dataloader_pin_memory`` made torch warn at every RL stage (issue 38.10)."""
+    import torch
+
+    from training.rl import grpo_args, load_rl_config
+
+    args = grpo_args(load_rl_config(None, ["num_generations=2", "prompts_per_step=2"]), tmp_path, 1)
+    assert args.dataloader_pin_memory is torch.cuda.is_available()

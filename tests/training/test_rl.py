@@ -272,6 +272,7 @@ def test_train_rl_writes_run_folder_checkpoint_state_final_model_and_ledger(tiny
         assert (final / name).is_file(), name
     assert json.loads((final / "lineage.json").read_text())["kind"] == "rl"
     assert json.loads((run / "config.json").read_text())["rl"]["epsilon_high"] == 5.0
+    assert not (run / "checkpoints" / "README.md").exists()  # TRL's stub card: "fine-tuned version of [None]"
 
     led = ledger.read(ws, "tiny", "run")
     assert led.height == 3 * 32 and led.select(ledger.KEY).is_unique().all()  # the key, never twice

@@ -13,6 +13,7 @@ import yaml
 
 from curate.errors import ConfigError
 from tests.tiny_chain import write_tiny_chain
+from training.card import read_lineage
 from training.plan import rl_stages, sequential_note
 from training.recipe import PlanScale, load_recipe
 from training.rl import RLConfig
@@ -186,7 +187,7 @@ def test_chain_runs_sft_then_two_stages_with_growing_context_and_hands_the_model
     for model in models:
         assert ledger.read(io.Workspace(home), "t", model).height == 2 * 2 * 2  # 2 steps x 2 prompts x 2, one run's
     assert all(file_hash(run_dir / "data" / name) == sha for name, sha in pinned["sha256"].items())
-    card = json.loads((run_dir / "rl/01-stage1/final/lineage.json").read_text())["data"]
+    card = read_lineage(run_dir / "rl/01-stage1/final")["data"]  # its paths absolute again (lineage.json: relative)
     assert card["solutions"] == str(run_dir / "data" / "sft.parquet") and card["data"]["sha256"] == pinned["sha256"]
 
 
@@ -344,7 +345,7 @@ def test_coscale_iteration_remeasures_adds_sft_on_unsolvable_and_trains_rl_on_so
     assert config["model"] == str(run_dir / "coscale/it1/sft/final")  # RL again from the SFT'd model
     shard = pl.read_parquet(config["train"])
     assert config["train"] == str(run_dir / "coscale/it1/stage1.parquet") and set(shard["problem_id"]) <= solvable
-    lineage = json.loads((run_dir / "rl/it1-01-stage1/final/lineage.json").read_text())["data"]
+    lineage = read_lineage(run_dir / "rl/it1-01-stage1/final")["data"]
     assert lineage["curriculum"] == str(run_dir / "data" / "curriculum")  # the run's own copy, pinned at its start
     assert lineage["data"]["sources"]["curriculum"].endswith("curricula/t")
     assert lineage["selection"].endswith("selection.parquet")
@@ -434,7 +435,7 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     assert set(shard[S.PROBLEM_ID]) <= rl_ids  # RL trains on the measured candidates, from the run's own copy
     config = json.loads((run_dir / "rl" / "01-stage1" / "config.json").read_text())
     assert config["train"] == str(run_dir / "data" / "curriculum" / "stage1.parquet")
-    lineage = json.loads((run_dir / "rl" / "01-stage1" / "final" / "lineage.json").read_text())["data"]
+    lineage = read_lineage(run_dir / "rl" / "01-stage1" / "final")["data"]
     assert lineage["curriculum"] == str(run_dir / "data" / "curriculum")
     assert "/curricula/t-rl.m-" in lineage["data"]["sources"]["curriculum"]  # the run's own measured curriculum
     sft_rows = pl.read_parquet(run_dir / "data" / "sft.parquet")  # the teacher's traces, unchecked

@@ -107,6 +107,7 @@ def test_sft_trains_on_solutions_quarantines_long_rows_and_resumes(tiny, rows_fi
     assert "NOT verified: 4 of 16 (25.0%) box an answer" in card and "verified solutions" not in card
     assert lineage["parents"][0]["kind"] == "init"  # the init model's own lineage is embedded
     assert "## Training data" in (out / "final" / "README.md").read_text()
+    assert not (out / "checkpoints" / "README.md").exists()  # TRL's stub card: "fine-tuned version of [None]"
 
     # a finished run is skipped by the same command; a different config on the same folder is refused
     capsys.readouterr()

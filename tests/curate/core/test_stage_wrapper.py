@@ -61,7 +61,7 @@ def test_every_stage_writes_one_manifest_layout_and_skips_when_done(ws, recipe, 
         assert set(manifest) == LAYOUT, result.stage
         assert manifest["stage"] == result.stage and manifest["summary"] == _recorded(result.summary)
         assert manifest["code_version"] == code_version()
-        assert set(manifest["outputs"]) == set(result.outputs)
+        assert set(manifest["outputs"]) == {str(Path(o).relative_to(ws.root)) for o in result.outputs}
         assert all(len(h) == 64 for h in manifest["inputs"].values() if h != "missing")
     assert [r.summary.get("reconciles") for r in first if r.stage in ("ingest", "decontaminate", "curriculum")] == [
         True
@@ -79,6 +79,28 @@ def test_every_stage_writes_one_manifest_layout_and_skips_when_done(ws, recipe, 
     # other code: every stage is redone (a skipped stage would keep the old code's output)
     monkeypatch.setattr(stage_wrapper, "code_version", lambda: "0+other")
     assert not any(r.skipped for r in pipeline.run_recipe(recipe, ws))
+
+
+def test_a_copied_workspace_skips_every_finished_stage(ws, recipe, tmp_path):
+    """Manifests name the workspace's files relative to it, outputs too: a finished workspace copied under another
+    ``--home`` redoes nothing (issue 38.12: all five curation stages ran again), and the copy is still checked (a
+    removed output is redone; the stages after it read the same content, so they stay done)."""
+    import shutil
+
+    from curate.config import apply_overrides
+
+    data = {
+        "name": "w", "pool": "w", "seed": 3, "stages": [*STAGES, "solutions"],
+        "ingest": {"sources": [s.__dict__ for s in recipe.ingest.sources]},
+        **recipe.stage_configs, "solutions": {"selection": "w", "k": 1},
+    }  # fmt: skip
+    full = recipe_from_mapping(apply_overrides(data, {}))
+    assert not any(r.skipped for r in pipeline.run_recipe(full, ws))
+    copy = io.Workspace.resolve(tmp_path / "elsewhere" / "workspace")
+    shutil.copytree(ws.root, copy.root, symlinks=True)
+    assert [r.stage for r in pipeline.run_recipe(full, copy) if not r.skipped] == []
+    shutil.rmtree(copy.selection_dir("w"))
+    assert [r.stage for r in pipeline.run_recipe(full, copy) if not r.skipped] == ["select"]
 
 
 def test_reconciles_reads_the_tables_on_disk(ws, recipe):

@@ -134,6 +134,37 @@ def test_random_is_a_uniform_seeded_sample_that_needs_no_scores():
     assert by_des[S.DES].mean() > 0.8 and abs(at_random[S.DES].mean() - 0.5) < 0.06
 
 
+def test_measured_prompts_are_preferred_and_a_selection_of_unmeasured_ones_says_so(ws):
+    """A pool where the evidence model measured only some prompts (``measure.rollout.limit``): those are drawn
+    first, whatever the predicted DES of the others, and the summary says how many of the selection were not measured
+    (issue 38.12: a measure of 96 prompts gave a selection of 48 prompts that had never been measured)."""
+    frame = candidates().with_columns(pl.Series(S.N_SAMPLES, [8 if i < 60 else 0 for i in range(200)]))
+    frame = frame.with_columns(pl.when(pl.col(S.N_SAMPLES) > 0).then(pl.col(S.DES) / 10).otherwise(pl.col(S.DES)))
+    few, _, report = sel.select_frame(frame, sel.SelectConfig(size=20))  # unmeasured prompts: a 10x higher DES
+    assert (few[S.N_SAMPLES] > 0).all() and report["measured"]["selected"] == 20
+    assert report["measured"] == {"candidates": 60, "eligible": 48, "selected": 20}  # 12 of the 60 dropped
+    many, _, report = sel.select_frame(frame, sel.SelectConfig(size=80))
+    assert (many[S.N_SAMPLES] > 0).sum() == 48 and report["measured"]["selected"] == 48
+    assert many[S.RANK].to_list() == list(range(1, 81)) and (many.head(48)[S.N_SAMPLES] > 0).all()
+    off, _, _ = sel.select_frame(frame, sel.SelectConfig(size=20, prefer_measured=False))
+    assert (off[S.N_SAMPLES] == 0).sum() > 10  # what happened before: predicted DES wins
+    _, _, report = sel.select_frame(frame, sel.SelectConfig(size=20, by="random"))
+    assert "measured" not in report  # a uniform sample prefers nothing
+
+    write_pool(ws, "p", frame)
+    scores = frame.drop(S.PROBLEM, S.ANSWER, S.ANSWER_ALTERNATIVES, S.SOURCE, S.SPLIT).with_columns(run=pl.lit("r"))
+    io.write_parquet(scores, ws.table("p", "scores"))
+
+    def warnings(size: int) -> list[str]:
+        summary = sel.select_pool(ws, "p", sel.SelectConfig(size=size, plots=False), name=f"p{size}").summary
+        return [w for w in summary["warnings"] if "rollouts of their own" in w]
+
+    (warning,) = warnings(80)
+    assert warning.startswith("30 of the 80 selected prompts have no rollouts of their own"), warning
+    assert "50 of the 60 measured prompts pass the filters" in warning
+    assert warnings(20) == []
+
+
 def test_thresholds_without_size_take_every_passing_row():
     frame = candidates()
     cfg = sel.SelectConfig(by="pass_rate", min_value=0.5)

@@ -224,6 +224,10 @@ def test_ledger_solutions_filtered_deduplicated_exported(ws):
     }
     assert lineage["rows_by_origin"] == {"imported": 1, "ledger": 3, "reference": 1} and lineage["selection"] is None
     assert "K = 3" in (out / "README.md").read_text()
+    # no path of this machine: the tables by their place in the workspace (issue 38.13)
+    assert str(ws.root) not in (out / "lineage.json").read_text()
+    assert lineage["problems"]["path"] == "pools/p/problems.parquet"
+    assert lineage["solutions_table"]["path"] == "pools/p/solutions.parquet"
 
     # re-running is a no-op; a smaller K exports fewer rows from the same table
     before = {
