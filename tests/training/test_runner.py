@@ -279,8 +279,8 @@ def test_the_chain_reads_its_plan_once_per_pass_and_tells_the_evaluation_which_s
 
     run_chain(RunRecipe(name="r", pool="t", curriculum="c", rl=RLConfig()), home=ws, echo=lambda s: None,
               call=stand_in)  # fmt: skip
-    assert evaluated == [("eval init",), ("eval rl:stage1", False), ("eval rl:stage2", False),
-                         ("eval rl:stage3", True)]  # fmt: skip
+    assert evaluated == [("eval init",), ("eval rl:stage1", False, True), ("eval rl:stage2", False, True),
+                         ("eval rl:stage3", True, True)]  # (last, on the eval curve)  # fmt: skip
     assert len(reads) == 2  # checked before any model work, then read for the pass
 
 
