@@ -421,9 +421,11 @@ def show(
 
 
 def _show_run(run_dir: Path, payload: dict) -> list[str]:
-    """``training show RUN``: the steps table, the paired gain, the fit line, the decisions, the lineage."""
+    """``training show RUN``: the steps table, the paired gain, the fit line, the decisions, the rollout ladder's
+    events and the merges of parallel groups, the lineage."""
     from training.card import short_path, workspace_root
     from training.chain import running_line
+    from training.ladder import event_line
     from training.scaling import summary_line
 
     run = run_dir.resolve()
@@ -453,9 +455,14 @@ def _show_run(run_dir: Path, payload: dict) -> list[str]:
     if advice:
         text = advice.get("summary") or (summary_line(advice, fit["fit"]) if "gain_4x_band" in advice else None)
         lines += ["", f"fit: {text or advice.get('message')}"]
-    decisions = (payload.get("notes") or {}).get("decisions") or []
-    for d in decisions:
+    notes = payload.get("notes") or {}
+    for d in notes.get("decisions") or []:
         lines.append(f"decide after {d.get('after', d.get('name'))}: {d.get('action')}: {d.get('reason')}")
+    for n in notes.get("ladder") or []:  # where and why the rollout ladder doubled N (training.groups)
+        lines.append(f"ladder {n['name']}: {event_line(n['event'])}; {n.get('outcome')}")
+    for m in notes.get("merge") or []:
+        shares = ", ".join(f"{g} {w:.3g}" for g, w in (m.get("shares") or {}).items())
+        lines.append(f"{m['name']}: {m.get('method')} merge of the independent groups ({shares})")
     lineage = payload.get("lineage") or {}
     if lineage:
         where = f"the workspace {root}" if root is not None else "where they are"

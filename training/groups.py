@@ -80,17 +80,18 @@ def next_rung(run: Run, state: ChainState, stage: StagePlan) -> StagePlan | None
     outcome = ("the group ends" if event["exhausted"]
                else f"next rung {rl_step_name(rung, state.iteration)}: {steps} steps" if rung is not None
                else "the stage's budget is spent: the group ends")  # fmt: skip
-    chain = run.chain()
-    note = chain.note(LADDER, name)
-    if note is None:
-        note = chain.note(LADDER, name, {
+    chain, line = run.chain(), f"[chain] ladder {name}: {event_line(event)}; {outcome}"
+    if chain.note(LADDER, name) is not None:  # recorded by an earlier run: said again, as every step reports
+        run.echo(f"{line} (done)")
+    else:
+        chain.note(LADDER, name, {
             "group": stage.name, "rung": stage.rung, "run_step": state.offset_step, "event": event,
             "rule": dataclasses.asdict(cfg), "signal": (summary.get("ladder") or {}).get("signal"),
             "budget": {"counts": cfg.budget, "max_steps": stage.rl.max_steps, "done": done, "next_steps": steps,
                        "prompts_per_step": stage.rl.prompts_per_step},
             "next": rl_step_name(rung, state.iteration) if rung is not None else None, "outcome": outcome,
         })  # fmt: skip
-        run.echo(f"[chain] ladder {name}: {event_line(event)}; {outcome}")
+        run.echo(line)
     return rung
 
 

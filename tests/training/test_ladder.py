@@ -81,7 +81,8 @@ def test_the_plan_gives_the_rule_scaled_and_the_recipe_may_follow_it_or_not():
     base = RLConfig(ladder=LadderConfig(budget="steps"))  # the recipe's own key, merged key by key with the plan's
     [stage] = rl_stages({"stages": [entry]}, Path("c"), base, fields=["n", "ladder"],
                         scale=PlanScale(steps=0.25, max_num_generations=32))  # fmt: skip
-    assert stage.rl.ladder == LadderConfig(factor=2, n_max=32, patience=5, collapse_drop=0.15, window=2, budget="steps")
+    want = LadderConfig(factor=2, n_max=32, patience=5, collapse_drop=0.15, window=2, budget="steps")
+    assert stage.rl.ladder == want
     assert stage.rl.num_generations == 16 and stage.parallel
     [fixed] = rl_stages({"stages": [entry]}, Path("c"), RLConfig(), fields=["n"])
     assert fixed.rl.ladder is None  # not among plan_fields: N stays fixed
@@ -121,8 +122,10 @@ def test_the_next_rung_continues_the_stage_at_2n_with_lr_kept_per_n_and_the_budg
     [note] = run.chain().notes["ladder"]
     assert (note["name"], note["group"], note["run_step"], note["next"]) == ("rl:g", "g", 7, "rl:g@n16")
     assert note["event"]["rule"] == "plateau" and note["budget"]["next_steps"] == 3
-    assert said == [f"[chain] ladder rl:g: plateau at step 7 (reward 0.395, mean of 2 step(s); peak 0.400 at step 4, "
-                    "patience 3, collapse 0.1): N 8 -> 16, lr 0.0001 -> 0.0002; next rung rl:g@n16: 3 steps"]
+    assert said == [
+        "[chain] ladder rl:g: plateau at step 7 (reward 0.395, mean of 2 step(s); peak 0.400 at step 4, "
+        "patience 3, collapse 0.1): N 8 -> 16, lr 0.0001 -> 0.0002; next rung rl:g@n16: 3 steps"
+    ]
 
     # the top rung plateaus again: the ladder is exhausted, one line, the group ends
     top = LadderWatch(rung.rl.ladder, 32, 4e-4)
