@@ -417,7 +417,8 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     measured = ledger.read(io.Workspace(home), "t", "runs/m/sft/final")
     problems = pl.read_parquet(home / "pools" / "t" / "problems.parquet")
     rl_ids = set(problems.filter(pl.col(S.SOURCE) == "t/rl")[S.PROBLEM_ID])
-    assert set(measured[S.PROBLEM_ID]) == rl_ids and measured.height == 2 * len(rl_ids)  # n=2, the RL source only
+    assert set(measured[S.PROBLEM_ID]) == rl_ids  # the RL source only: n=2 each, and 2 fresh samples (measure.fresh
+    assert measured.height == 2 * len(rl_ids) + 2 * 10  # = rl.num_generations) of each of the 10 selected prompts
     assert measured[S.RUN_ID].str.starts_with("chain-").all()  # the next run's curation will not read them
     chain = json.loads((run_dir / "chain.json").read_text())
     [note] = chain["notes"]["measure"]
@@ -435,8 +436,9 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     assert sft_rows.height == sft_rows["problem_id"].n_unique()
     forecast = note["select"]["zero_variance_forecast"]  # at the RL's group size, for the pool and the selection
     assert forecast["selection"]["rollouts"] == 2 and forecast["selection"]["prompts"] == 10
-    waste = summary["zero_variance"]  # and what RL met beside it
-    assert waste["forecast"] == forecast["selection"] and 0.0 <= waste["observed"] <= 1.0 and waste["groups"] == 2
+    waste = summary["zero_variance"]  # and what RL met beside it, forecast from the fresh samples
+    assert waste["forecast"]["fresh_prompts"] == 10 and waste["forecast"] == chain["notes"]["forecast"][0]
+    assert 0.0 <= waste["observed"] <= 1.0 and waste["groups"] == 2
     samples = pl.read_parquet(run_dir / "evals" / "rl_stage1.samples.parquet")  # every sample, for reading
     assert samples.height == 4 and {"completion", "correct"} <= set(samples.columns)
     assert all(t["cpu_s"] >= 0 for t in summary["timings"]) and sum(t["cpu_s"] for t in summary["timings"]) > 1
@@ -449,7 +451,8 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     # An arm from this run's SFT model (bench/bench_methods.py's shape): no `sft`, `measure` measures the starting
     # model, reusing its rollouts already in the ledger; a random subset; the borrowed model's card is left alone.
     card = (Path(sft_model) / "README.md").read_bytes()
-    arm = load_recipe(recipe_path, {"model": sft_model, "sft": None, "measure.select.by": "random"})
+    arm = load_recipe(recipe_path, {"model": sft_model, "sft": None, "measure.select.by": "random",
+                                    "measure.fresh": 0})  # fmt: skip
     other = run_chain(arm, home=home, out=tmp_path / "arm", echo=lambda s: None)
     assert [s["step"] for s in other["steps"]] == ["init", "rl:stage1"]
     [note] = json.loads((tmp_path / "arm" / "chain.json").read_text())["notes"]["measure"]
