@@ -15,8 +15,8 @@ What it adds (every override checked against trl 1.16; ``training.rl`` builds it
   the trainer state, so a checkpoint is complete only with both; ``log``: per-step metrics and a progress line.
 - ``ladder`` (CoScale's rollout ladder, ``training.ladder.LadderWatch``): after each step's log, a plateau or
   collapse of the training reward ends the segment at that step (a checkpoint whose ``trainer_state.json`` says the
-  segment ended there, its ``sampler_state.json`` with the ladder's state); ``continue_segment`` starts the next
-  rung from such a checkpoint.
+  segment ended there, its ``sampler_state.json`` with the ladder's state); ``load_sampler_state(continuing=True)``
+  starts the next rung from such a checkpoint.
 
 A new loss: TRL's ``loss_type`` covers grpo, dapo and cispo (``training.rl.LOSS_TYPES`` lists what we allow; add
 it there with its validation); a loss TRL lacks is an override of ``_compute_loss`` here, with a test beside
@@ -257,28 +257,22 @@ class CurateGRPOTrainer(GRPOTrainer):
         return output
 
     # -------------------------------------------------------------- checkpoints and logs
-    def load_sampler_state(self, checkpoint: Path) -> None:
+    def load_sampler_state(self, checkpoint: Path, *, continuing: bool = False) -> None:
         """Restore the curriculum's position (and the rollout ladder's state) from a checkpoint's
         ``sampler_state.json`` (``_save_checkpoint`` writes it): a resumed run draws the prompts the uninterrupted
-        one would have, on the same rung."""
+        one would have, on the same rung. ``continuing``: this run is the next segment of the stage the checkpoint
+        ended (a rung of the rollout ladder, ``training.ladder``): its curriculum position and undrawn chunks, the
+        ladder's next rung, which must be this run's N and lr. The caller restores the checkpoint's RNG state."""
         state = json.loads((Path(checkpoint) / SAMPLER_STATE).read_text())
-        self.bridge.load_checkpoint_state(state)
-        if self.ladder is not None and state.get("ladder"):
-            self.ladder.load_state_dict(state["ladder"])
-            self.ladder.check(self.num_generations, self.args.learning_rate)
-
-    def continue_segment(self, checkpoint: Path) -> None:
-        """Start this run where another segment of the stage ended (a rung of the rollout ladder,
-        ``training.ladder``): the curriculum's position and undrawn chunks, the ladder's next rung (which must be
-        this run's N and lr) and, at the first step, the RNG state of that checkpoint."""
-        state = json.loads((Path(checkpoint) / SAMPLER_STATE).read_text())
-        self.bridge.continue_state(state)
-        if self.ladder is not None:
+        if continuing:
+            self.bridge.continue_state(state)
+        else:
+            self.bridge.load_checkpoint_state(state)
+        if self.ladder is not None and (state.get("ladder") or continuing):
             if not state.get("ladder"):
                 raise ConfigError(f"{checkpoint} has no rollout ladder state: not the end of a ladder's rung")
-            self.ladder.load_state_dict(state["ladder"], fresh=True)
+            self.ladder.load_state_dict(state["ladder"], fresh=continuing)
             self.ladder.check(self.num_generations, self.args.learning_rate)
-        self.resume_rng_from = str(checkpoint)
 
     def _save_checkpoint(self, model, trial):
         folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"

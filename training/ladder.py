@@ -16,7 +16,8 @@ the ladder is its own RL segment (one ``training.rl.train_rl`` run folder):
 - ``training.groups.next_rung`` (the chain) reads the event from the segment's ``summary.json`` and starts the
   next rung from that checkpoint: its weights, Adam's moments, RNG and curriculum position, with N x ``factor``
   and lr x ``factor`` (``RolloutLadder.lr``: lr/N kept), warm-up off, for the stage's budget left
-  (``LadderConfig.next_steps``). At N = ``n_max`` a further plateau ends the group instead ("exhausted").
+  (``LadderConfig.next_steps``; a decaying ``lr_scheduler_type`` starts again over the rung's steps: the recipes
+  use ``constant``). At N = ``n_max`` a further plateau ends the group instead ("exhausted").
 
 The budget (``budget``): ``rollouts`` (default) counts the stage's ``max_steps`` x ``prompts_per_step`` x its
 first rung's N; each rung gets what is left at its own N, rounded down to whole steps, so a ladder spends at most

@@ -470,11 +470,9 @@ def train_rl(
         metrics_log=metrics_log,
         world_size=state.num_processes,
     )
-    if checkpoint is not None:
-        trainer.load_sampler_state(checkpoint)
-        trainer.resume_rng_from = str(checkpoint)  # restored at the first step: the resumed steps sample the same
-    elif continue_from is not None:
-        trainer.continue_segment(continue_from)
+    if checkpoint is not None or continue_from is not None:  # its own checkpoint, else where the last rung ended
+        trainer.load_sampler_state(checkpoint or continue_from, continuing=checkpoint is None)
+        trainer.resume_rng_from = str(checkpoint or continue_from)  # restored at the first step: the same samples
     trainer.optimizer_from = optimizer_from
     final = out_dir / run_folder.FINAL
     train_loss = _train_and_save(trainer, checkpoint, at_end, out_dir, state.is_main_process)

@@ -52,12 +52,22 @@ def test_plan_stages_follow_the_plan_scaled_and_overridden_in_order():
     assert stages[0].shard == Path("cur/stage1.parquet")
 
 
-def test_a_run_says_it_trains_a_plans_parallel_groups_one_after_another():
+def test_a_plans_parallel_groups_train_independently_unless_the_recipe_says_sequential_and_then_it_says_so():
+    from training.groups import group_mode
+    from training.recipe import RunRecipe
+
+    recipe = RunRecipe(name="r", pool="p", curriculum="c")
     assert sequential_note(rl_stages(PLAN, Path("c"))) is None  # FastCuRL's stages are sequential by design
+    assert group_mode(recipe, rl_stages(PLAN, Path("c"))) == "sequential"
     bands = {"stages": [{**st, "parallel": True, "init_from": "base"} for st in PLAN["stages"]]}
     stages = rl_stages(bands, Path("c"))
     assert [s.parallel for s in stages] == [True, True]
-    assert "['stage1', 'stage2']" in sequential_note(stages) and "one after another" in sequential_note(stages)
+    assert group_mode(recipe, stages) == "parallel" and sequential_note(stages, "parallel") is None  # as planned
+    sequential = RunRecipe(name="r", pool="p", curriculum="c", groups="sequential")
+    note = sequential_note(stages, group_mode(sequential, stages))
+    assert "['stage1', 'stage2']" in note and "one after another" in note and "groups: sequential" in note
+    with pytest.raises(ConfigError, match="groups 'paralel'"):
+        RunRecipe(name="r", pool="p", curriculum="c", groups="paralel")
 
 
 def test_plan_errors_fail_before_any_training():
