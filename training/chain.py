@@ -482,6 +482,7 @@ def step_main(spec_path: Path) -> None:
         result = train_rl(
             load_rl_config(spec["config"]), model=spec["model"], train=Path(spec["train"]), out_dir=out,
             home=spec.get("home"), pool=spec.get("pool"), optimizer_from=spec.get("optimizer_from"),
+            continue_from=spec.get("continue_from"),
         )  # fmt: skip
     elif kind == "redistill":
         from training.redistill import load_config, redistill

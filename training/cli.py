@@ -319,7 +319,9 @@ def rl(
     save_total_limit, policy (uniform, scalingrl), sampler.* (sampler.zero_variance_skip, ...), short_batch,
     zero_variance_filter, batch_adv_norm, prompt_level_loss, fp32_lm_head, mask_truncated_completions,
     carry_optimizer, dtype, bf16, gradient_checkpointing, use_vllm, vllm_* (vllm_mode, ...), report_to,
-    ledger_model.
+    ledger_model, ladder.* (CoScale's rollout ladder: ladder.patience, ladder.window, ladder.collapse_drop,
+    ladder.factor, ladder.n_max, ladder.budget; a plateau of the training reward ends the run at that step, and
+    `training run` continues the stage with N doubled).
 
     CISPO always gets an explicit cap on the importance ratio (epsilon_high; TRL would otherwise clamp every ratio at
     0.2, shrinking the update 5x). The curriculum sampler picks every batch, with every group's rewards fed back.
@@ -426,9 +428,11 @@ def show(
 
 
 def _show_run(run_dir: Path, payload: dict) -> list[str]:
-    """``training show RUN``: the steps table, the paired gain, the fit line, the decisions, the lineage."""
+    """``training show RUN``: the steps table, the paired gain, the fit line, the decisions, the rollout ladder's
+    events and the merges of parallel groups, the lineage."""
     from training.card import short_path, workspace_root
     from training.chain import running_line
+    from training.ladder import event_line
     from training.scaling import summary_line
 
     run = run_dir.resolve()
@@ -458,9 +462,14 @@ def _show_run(run_dir: Path, payload: dict) -> list[str]:
     if advice:
         text = advice.get("summary") or (summary_line(advice, fit["fit"]) if "gain_4x_band" in advice else None)
         lines += ["", f"fit: {text or advice.get('message')}"]
-    decisions = (payload.get("notes") or {}).get("decisions") or []
-    for d in decisions:
+    notes = payload.get("notes") or {}
+    for d in notes.get("decisions") or []:
         lines.append(f"decide after {d.get('after', d.get('name'))}: {d.get('action')}: {d.get('reason')}")
+    for n in notes.get("ladder") or []:  # where and why the rollout ladder doubled N (training.groups)
+        lines.append(f"ladder {n['name']}: {event_line(n['event'])}; {n.get('outcome')}")
+    for m in notes.get("merge") or []:
+        shares = ", ".join(f"{g} {w:.3g}" for g, w in (m.get("shares") or {}).items())
+        lines.append(f"{m['name']}: {m.get('method')} merge of the independent groups ({shares})")
     lineage = payload.get("lineage") or {}
     if lineage:
         where = f"the workspace {root}" if root is not None else "where they are"

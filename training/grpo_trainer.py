@@ -13,6 +13,10 @@ What it adds (every override checked against trl 1.16; ``training.rl`` builds it
   ``prompt_level_loss`` (every prompt weighs equally: its tokens are averaged over the group's own token count).
 - ``_save_checkpoint``: writes ``sampler_state.json`` (and ``metrics.parquet``) into the checkpoint folder BEFORE
   the trainer state, so a checkpoint is complete only with both; ``log``: per-step metrics and a progress line.
+- ``ladder`` (CoScale's rollout ladder, ``training.ladder.LadderWatch``): after each step's log, a plateau or
+  collapse of the training reward ends the segment at that step (a checkpoint whose ``trainer_state.json`` says the
+  segment ended there, its ``sampler_state.json`` with the ladder's state); ``load_sampler_state(continuing=True)``
+  starts the next rung from such a checkpoint.
 
 A new loss: TRL's ``loss_type`` covers grpo, dapo and cispo (``training.rl.LOSS_TYPES`` lists what we allow; add
 it there with its validation); a loss TRL lacks is an override of ``_compute_loss`` here, with a test beside
@@ -142,6 +146,7 @@ class CurateGRPOTrainer(GRPOTrainer):
         prompt_level_loss: bool = False,
         ledger=None,
         metrics_log=None,
+        ladder=None,
         **kwargs: Any,
     ):
         self.bridge = bridge
@@ -150,6 +155,7 @@ class CurateGRPOTrainer(GRPOTrainer):
         self.prompt_level_loss = prompt_level_loss
         self.ledger = ledger
         self.metrics_log = metrics_log
+        self.ladder = ladder
         self.resume_rng_from: str | None = None  # set by training.rl when resuming: see ``training_step``
         self.optimizer_from: Path | None = None  # set by training.rl to carry Adam's moments: see ``create_optimizer``
         self._rl_rewards = None
@@ -251,10 +257,22 @@ class CurateGRPOTrainer(GRPOTrainer):
         return output
 
     # -------------------------------------------------------------- checkpoints and logs
-    def load_sampler_state(self, checkpoint: Path) -> None:
-        """Restore the curriculum's position from a checkpoint's ``sampler_state.json`` (``_save_checkpoint``
-        writes it): a resumed run draws the prompts the uninterrupted one would have."""
-        self.bridge.load_checkpoint_state(json.loads((Path(checkpoint) / SAMPLER_STATE).read_text()))
+    def load_sampler_state(self, checkpoint: Path, *, continuing: bool = False) -> None:
+        """Restore the curriculum's position (and the rollout ladder's state) from a checkpoint's
+        ``sampler_state.json`` (``_save_checkpoint`` writes it): a resumed run draws the prompts the uninterrupted
+        one would have, on the same rung. ``continuing``: this run is the next segment of the stage the checkpoint
+        ended (a rung of the rollout ladder, ``training.ladder``): its curriculum position and undrawn chunks, the
+        ladder's next rung, which must be this run's N and lr. The caller restores the checkpoint's RNG state."""
+        state = json.loads((Path(checkpoint) / SAMPLER_STATE).read_text())
+        if continuing:
+            self.bridge.continue_state(state)
+        else:
+            self.bridge.load_checkpoint_state(state)
+        if self.ladder is not None and (state.get("ladder") or continuing):
+            if not state.get("ladder"):
+                raise ConfigError(f"{checkpoint} has no rollout ladder state: not the end of a ladder's rung")
+            self.ladder.load_state_dict(state["ladder"], fresh=continuing)
+            self.ladder.check(self.num_generations, self.args.learning_rate)
 
     def create_model_card(self, *args: Any, **kwargs: Any) -> None:
         """No card from TRL: its stub (``a fine-tuned version of [None](https://huggingface.co/None)``) went into
@@ -264,6 +282,8 @@ class CurateGRPOTrainer(GRPOTrainer):
     def _save_checkpoint(self, model, trial):
         folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
         state = self.bridge.checkpoint_state(self.state.global_step // self.steps_per_chunk)
+        if self.ladder is not None:
+            state["ladder"] = self.ladder.state_dict()
         if self.args.should_save:
             io.write_json(
                 folder / SAMPLER_STATE, state
@@ -278,6 +298,22 @@ class CurateGRPOTrainer(GRPOTrainer):
             self.metrics_log.add(self.state.global_step, logs)
         if self.accelerator.is_main_process and "reward" in logs:  # one line per step on stderr (stdout: result)
             print(_progress_line(self.state.global_step, self.args.max_steps, logs), file=sys.stderr, flush=True)
+        if self.ladder is not None and self.model.training and "reward" in logs:
+            self._ladder_step(logs["reward"])
+
+    def _ladder_step(self, reward: float | None) -> None:
+        """The rollout ladder reads the step's reward (every rank sees the same, gathered); when its rule fires the
+        segment ends here: a checkpoint now, recorded as the segment's last step (``max_steps``), then stop."""
+        from training.ladder import event_line
+
+        event = self.ladder.observe(self.state.global_step, reward)
+        if event is None:
+            return
+        self.state.max_steps = self.state.global_step  # the checkpoint is the segment's end (run_folder.at_end)
+        self.control.should_save = True
+        self.control.should_training_stop = True
+        if self.accelerator.is_main_process:
+            print(f"rl rollout ladder: {event_line(event)}", file=sys.stderr, flush=True)
 
 
 def _progress_line(step: int, max_steps: int, logs: Mapping[str, Any]) -> str:

@@ -95,6 +95,7 @@ def forecast_waste(run: Run, state: ChainState) -> ChainState:
     from curate import pipeline
     from curate.rollout import ledger
     from curate.score import headroom
+    from training.chain import measured_name
     from training.recipe import curate_recipe, measure_sections
 
     chain, m = run.chain(), run.recipe.measure
@@ -103,15 +104,16 @@ def forecast_waste(run: Run, state: ChainState) -> ChainState:
     if note is None or not fresh or chain.note("forecast", "sft") is not None:
         return state
     t0 = time.perf_counter()
-    section = measure_sections(run.recipe, note["ledger_model"], note["curriculum"])["rollout"]
+    name = measured_name(run)  # the selection ``measure`` made (its note's ``curriculum`` holds the stage's summary)
+    section = measure_sections(run.recipe, note["ledger_model"], name)["rollout"]
     n = int(section.get("n", 8))
-    section = {**section, "n": n + fresh, "selection": note["curriculum"]}
+    section = {**section, "n": n + fresh, "selection": name}
     pipeline.run_stage("rollout", run.ws, curate_recipe(run.recipe, "rollout", section), progress=True)
     import polars as pl
 
     from curate import schema as S
 
-    chosen = pl.read_parquet(run.ws.selection_dir(note["curriculum"]) / "selection.parquet")[S.PROBLEM_ID].to_list()
+    chosen = pl.read_parquet(run.ws.selection_dir(name) / "selection.parquet")[S.PROBLEM_ID].to_list()
     samples = ledger.read(run.ws, run.recipe.pool, note["ledger_model"], columns=headroom.LEDGER_COLUMNS)
     stages = run.stages()
     sizes = sorted({s.rl.num_generations for s in stages})

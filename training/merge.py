@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,12 +161,19 @@ def _weights(cfg: MergeConfig, n: int) -> tuple[float, ...]:
 
 # --------------------------------------------------------------------------------------------------- driver
 def merge_models(
-    models: Sequence[str | Path], *, base: str | Path | None, out_dir: str | Path, cfg: MergeConfig = MergeConfig()
+    models: Sequence[str | Path],
+    *,
+    base: str | Path | None,
+    out_dir: str | Path,
+    cfg: MergeConfig = MergeConfig(),
+    groups: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Merge ``models`` (over ``base``) into ``out_dir``: safetensors shards + config + tokenizer + card.
 
     ``base`` is required for ``ties`` and ``task_arithmetic``; for ``linear`` it is optional (checked if given).
-    Returns a summary (method, weights, tensors, parameters).
+    ``groups``: what each model is (one mapping per model with its ``group`` name: CoScale's parallel groups,
+    ``training.groups``), written into the card beside each one's share. Returns a summary (method, weights, each
+    model's share = its weight over the sum, tensors, parameters).
     """
     from safetensors import safe_open
     from safetensors.torch import save_file
@@ -225,9 +232,11 @@ def merge_models(
     for f in paths[0].iterdir():  # config, generation config, tokenizer, chat template
         if f.is_file() and f.name not in _NOT_COPIED and not f.name.endswith(_SKIP_SUFFIXES):
             shutil.copy2(f, out_dir / f.name)
+    shares = [w / sum(weights) for w in weights] if sum(weights) else list(weights)
     summary = {
         "method": cfg.method,
         "weights": list(weights),
+        "shares": shares,
         "models": [str(p) for p in paths],
         "base": None if base_path is None else str(base_path),
         "tensors": len(shapes),
@@ -238,9 +247,25 @@ def merge_models(
         out_dir,
         kind="merge",
         base_model=str(base_path) if base_path is not None else None,
-        data={"models": summary["models"], "weights": summary["weights"]},
+        data={
+            "models": summary["models"],
+            "weights": summary["weights"],
+            "method": cfg.method,
+            **(_group_shares(groups, shares) if groups else {}),
+        },
         recipe={"merge": dataclasses.asdict(cfg)},
         metrics={"tensors": len(shapes), "parameters": n_params},
         parents=paths,
     )
     return summary
+
+
+def _group_shares(groups: Sequence[Mapping[str, Any]], shares: Sequence[float]) -> dict[str, Any]:
+    """The card's data of a merge of named groups: each group's share of the merge (``group_shares``) and what each
+    group was (``groups``: its model, prompts, steps, rollouts per prompt)."""
+    if len(groups) != len(shares):
+        raise ConfigError(f"merge: {len(groups)} group descriptions for {len(shares)} models")
+    return {
+        "group_shares": {str(g["group"]): round(float(w), 6) for g, w in zip(groups, shares, strict=True)},
+        "groups": [{**dict(g), "share": float(w)} for g, w in zip(groups, shares, strict=True)],
+    }

@@ -238,7 +238,8 @@ def write_summary(
     fit: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``summary.json``: the run folder, every step, the lineage, decisions, fit, figures (and ``extra``)."""
+    """``summary.json``: the run folder, every step, the lineage, decisions, the rollout ladder's events, the merges
+    of parallel groups, fit, figures (and ``extra``)."""
     chain = run.chain()
     summary: dict[str, Any] = {
         "run_dir": str(run.run_dir),
@@ -249,6 +250,8 @@ def write_summary(
         "lineage": chain.lineage or chain_lineage(run),
         "decisions": chain.notes.get("decisions", []),
         "coscale": chain.notes.get("coscale", []),
+        "ladder": chain.notes.get("ladder", []),  # where and why a stage's N doubled (training.groups.next_rung)
+        "merges": chain.notes.get("merge", []),  # parallel groups merged: method, each group's share
         "final_model": state.model if state is not None else None,
         **dict(fit or {}),
         **dict(extra or {}),

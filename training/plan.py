@@ -38,7 +38,9 @@ from training.rl import RLConfig
 @dataclass(frozen=True)
 class StagePlan:
     """One RL stage ready to train: its name, shard, row count and its validated ``RLConfig``; ``parallel``: the
-    plan marks it an independent run from the base model (CoScale-RL's difficulty groups, ``bands``)."""
+    plan marks it an independent run from the base model (CoScale-RL's difficulty groups, ``bands``). ``rung``:
+    its rung of the rollout ladder (0: the stage as planned; a later rung is built by ``training.groups.next_rung``
+    with its N and lr), ``resume``: the checkpoint where the previous rung stopped (it continues from there)."""
 
     index: int
     name: str
@@ -46,10 +48,13 @@ class StagePlan:
     rows: int
     rl: RLConfig
     parallel: bool = False
+    rung: int = 0
+    resume: str | None = None
 
     @property
     def folder(self) -> str:
-        return f"{self.index + 1:02d}-{self.name}"
+        """``NN-<stage>``, and ``NN-<stage>-n<N>`` for a later rung of its rollout ladder."""
+        return f"{self.index + 1:02d}-{self.name}" + (f"-n{self.rl.num_generations}" if self.rung else "")
 
 
 def _plan_values(entry: Mapping[str, Any], fields: Sequence[str], scale: PlanScale) -> dict[str, Any]:
@@ -61,11 +66,31 @@ def _plan_values(entry: Mapping[str, Any], fields: Sequence[str], scale: PlanSca
             if "use_kl_loss" in entry or "kl_loss_coef" in entry:
                 out["beta"] = float(entry.get("kl_loss_coef", 0.0)) if entry.get("use_kl_loss", True) else 0.0
             continue
+        if key == "ladder":
+            if rule := _plan_ladder(entry, scale):
+                out["ladder"] = rule
+            continue
         if key not in PLAN_TO_RL:
             raise ConfigError(f"plan_fields: unknown field {key!r}; known: {list(PLAN_FIELDS)}")
         if entry.get(key) is not None:
             out[PLAN_TO_RL[key]] = _scaled(key, entry[key], scale)
     return out
+
+
+def _plan_ladder(entry: Mapping[str, Any], scale: PlanScale) -> dict[str, Any]:
+    """The ``rl.ladder`` keys a plan stage gives (a ``bands`` plan's ``stop_rule`` and ``ladder``, written by
+    ``curate.curriculum.stage.bands_plan``): factor, the top rung (capped like ``n``), the patience (in the plan's
+    steps, scaled like ``steps``), the collapse drop and the reward window. Empty for a stage without a ladder."""
+    stop, ladder = entry.get("stop_rule") or {}, entry.get("ladder") or {}
+    patience, n_max = stop.get("plateau_patience") or ladder.get("patience"), ladder.get("n_max")
+    rule = {
+        "factor": ladder.get("factor"),
+        "n_max": _scaled("n", n_max, scale) if n_max else None,
+        "patience": _scaled("steps", patience, scale) if patience else None,
+        "collapse_drop": stop.get("collapse_drop"),
+        "window": stop.get("window"),
+    }
+    return {k: v for k, v in rule.items() if v is not None}
 
 
 def _scaled(key: str, value: Any, scale: PlanScale) -> Any:
@@ -122,18 +147,17 @@ def rl_stages(
     return out
 
 
-def sequential_note(stages: Sequence[StagePlan]) -> str | None:
-    """What ``training run`` does with stages its plan marks parallel (a ``bands`` plan): CoScale-RL runs each
-    difficulty group from the base model and doubles a group's N on a plateau (``curate.curriculum.rules``); the
-    chain trains the stages one after another, each from the previous stage's model, at its planned N. None when no
-    stage is marked parallel."""
+def sequential_note(stages: Sequence[StagePlan], mode: str = "sequential") -> str | None:
+    """What ``training run`` does with stages its plan marks parallel (a ``bands`` plan) when the recipe trains
+    them in ``sequential`` mode (``groups: sequential``): one after another, each from the previous stage's model,
+    where CoScale-RL runs each difficulty group from the base model and merges them (``training.groups``). None when
+    no stage is marked parallel or they are trained as the plan says."""
     parallel = [s.name for s in stages if s.parallel]
-    if not parallel:
+    if not parallel or mode != "sequential":
         return None
     return (
         f"plan stages {parallel} are marked independent runs from the base model (CoScale-RL's groups); "
-        "training run trains them one after another, each from the previous stage's model, at its planned N "
-        "(no doubling of N on a plateau)"
+        "the recipe's `groups: sequential` trains them one after another, each from the previous stage's model"
     )
 
 
@@ -163,5 +187,7 @@ def plan_stages(recipe: RunRecipe, ws: io.Workspace, pinned: Path | None = None)
 
 
 def rl_step_name(stage: StagePlan, iteration: int = 0) -> str:
-    """``rl:<stage>`` in the first pass, ``itN:rl:<stage>`` in CoScale iteration N (the chain's step name)."""
-    return f"{f'it{iteration}:' if iteration else ''}rl:{stage.name}"
+    """``rl:<stage>`` in the first pass, ``itN:rl:<stage>`` in CoScale iteration N (the chain's step name);
+    ``rl:<stage>@n<N>`` for a later rung of the stage's rollout ladder."""
+    rung = f"@n{stage.rl.num_generations}" if stage.rung else ""
+    return f"{f'it{iteration}:' if iteration else ''}rl:{stage.name}{rung}"

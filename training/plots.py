@@ -208,9 +208,9 @@ def plot_plan(run_dir: str | Path, out: str | Path | None = None) -> Path | None
         rl = _stage_rl(rec) if name.startswith("rl:") else None
         if rl is None:
             continue
-        values = {"max_response_length": rl.max_completion_length, "n": rl.num_generations,
-                  "steps": rec.get("rl_steps") or rl.max_steps}  # fmt: skip
-        trained[name.removeprefix("rl:")] = values
+        stage = name.removeprefix("rl:").split("@")[0]  # a rung of the rollout ladder (``rl:<stage>@n16``) adds up
+        steps = (rec.get("rl_steps") or rl.max_steps) + trained.get(stage, {}).get("steps", 0)
+        trained[stage] = {"max_response_length": rl.max_completion_length, "n": rl.num_generations, "steps": steps}
     if not trained:
         return None
     bands = list(dict.fromkeys(b for st in plan["stages"] for b in st.get("difficulty_mix") or {}))

@@ -35,6 +35,7 @@ from curate import io
 from curate.config import Recipe, apply_overrides, from_mapping, placement, read_yaml, unknown_key_error
 from curate.errors import ConfigError
 from training.evaluate import EvalConfig
+from training.merge import MergeConfig
 from training.packaged import packaged_name
 from training.redistill import RedistillConfig
 from training.rl import RLConfig, load_rl_config
@@ -43,7 +44,8 @@ from training.sft import SFTRunConfig
 from training.tiny import TinyConfig
 
 
-# plan.json key -> RLConfig key (``kl`` is special: beta = kl_loss_coef when use_kl_loss, else 0). The recipe's
+# plan.json key -> RLConfig key (``kl`` is special: beta = kl_loss_coef when use_kl_loss, else 0; ``ladder`` too:
+# a ``bands`` plan's ``stop_rule`` and ``ladder`` -> ``rl.ladder``, CoScale's rollout ladder). The recipe's
 # ``plan_fields`` names which of the plan's settings a run follows (``training.plan``).
 PLAN_TO_RL = {
     "n": "num_generations",
@@ -55,7 +57,8 @@ PLAN_TO_RL = {
     "lr": "learning_rate",
     "temperature": "temperature",
 }
-PLAN_FIELDS = (*PLAN_TO_RL, "kl")
+PLAN_FIELDS = (*PLAN_TO_RL, "kl", "ladder")
+GROUPS = ("parallel", "sequential")  # how a pass trains its stages (``RunRecipe.groups``)
 SEEDED = ("tiny", "sft", "rl", "eval", "redistill")  # sections whose ``seed`` defaults to the recipe's
 
 
@@ -231,6 +234,10 @@ class RunRecipe:
     ``sft``, ``curriculum`` and ``curate_recipe``). seed: one seed for every training section (the curate
     stages keep the curation recipe's). launch: the command that starts each training step instead of ``python``,
     e.g. ``[accelerate, launch, --config_file, training/recipes/accelerate/zero2.yaml]`` for several GPUs.
+    groups: how a pass trains its stages: ``sequential`` (each from the previous stage's model) or ``parallel``
+    (CoScale-RL: each an independent run from the pass's starting model, merged after each with ``merge``;
+    ``training.groups``); None: as the plan says (parallel when it marks every stage so, a ``bands`` plan).
+    merge: how parallel groups are merged (``training.merge.MergeConfig``; None: linear, equal shares).
     curate: the loaded ``curate_recipe`` (set by ``recipe_from_mapping``, not a key of the file).
     """
 
@@ -254,6 +261,8 @@ class RunRecipe:
     fit: FitConfig = field(default_factory=FitConfig)
     decide: DecideSection | None = None
     measure: MeasureSection | None = None
+    groups: str | None = None
+    merge: MergeConfig | None = None
     launch: list[str] | None = placement(None)
     curate: Recipe | None = field(default=None, repr=False)
 
@@ -261,6 +270,8 @@ class RunRecipe:
         packaged_name(self.model)  # ``package:<name>``: a known packaged model (``training.packaged``), now
         if self.curriculum and self.train:
             raise ConfigError("recipe: give one of `curriculum` (a plan) or `train` (one prompt file), not both")
+        if self.groups is not None and self.groups not in GROUPS:
+            raise ConfigError(f"recipe: groups {self.groups!r} is not one of {GROUPS} (or null: as the plan says)")
         if not (self.curriculum or self.train or self.sft):
             raise ConfigError("recipe: nothing to train: give `sft` and/or `curriculum` (a plan) or `train` (prompts)")
         unknown = [f for f in self.plan_fields if f not in PLAN_FIELDS]
@@ -349,6 +360,8 @@ def stage_rl(base: RLConfig, *layers: Mapping[str, Any] | None, where: str = "rl
         layer = dict(layer or {})
         if isinstance(layer.get("sampler"), Mapping):
             sampler = {**sampler, **layer.pop("sampler")}
+        if isinstance(layer.get("ladder"), Mapping) and isinstance(data.get("ladder"), Mapping):
+            layer["ladder"] = {**data["ladder"], **layer["ladder"]}  # key by key, as the sampler
         data.update(layer)
     try:
         return load_rl_config({**data, "sampler": sampler})

@@ -52,6 +52,7 @@ from curate.curriculum.sampler import POLICIES, SamplerConfig
 from curate.errors import ConfigError, InputError
 from curate.manifest import file_hash
 from training import run_folder
+from training.ladder import LadderConfig
 from training.rl_records import LedgerWriter, MetricsLog
 from training.sft import trackers
 
@@ -88,7 +89,9 @@ class RLConfig:
     (``training.sft.trackers``: none, all, or comma-separated tensorboard, trackio, wandb, mlflow; checked here).
     carry_optimizer: in a chain of stages, start this stage's Adam from the previous stage's moments (its
     ``optimizer.pt``) instead of a fresh Adam, keeping this stage's learning rate and schedule (``training run``
-    passes the previous stage; a first stage starts fresh).
+    passes the previous stage; a first stage starts fresh). ladder: CoScale-RL's rollout ladder
+    (``training.ladder.LadderConfig``): a plateau of the training reward ends the run at that step, and
+    ``training run`` continues the stage with N doubled; None: N stays fixed.
     """
 
     loss_type: str = "cispo"
@@ -134,6 +137,7 @@ class RLConfig:
     vllm_gpu_memory_utilization: float = 0.3
     report_to: str = placement("none")
     ledger_model: str | None = None
+    ladder: LadderConfig | None = None
 
     def __post_init__(self) -> None:
         if self.loss_type == "cispo":
@@ -170,7 +174,12 @@ class RLConfig:
         return self.prompts_per_step * self.num_generations
 
     def to_dict(self) -> dict[str, Any]:
-        return io.jsonable(dataclasses.asdict(self))
+        """JSON-simple settings; ``ladder`` only when set (the identity of a stage folder made before it existed
+        stays the same)."""
+        data = io.jsonable(dataclasses.asdict(self))
+        if data.get("ladder") is None:
+            data.pop("ladder", None)
+        return data
 
 
 def _check_counts(cfg: RLConfig) -> None:
@@ -318,6 +327,7 @@ def build_trainer(
     """A ``CurateGRPOTrainer`` over ``frame`` (from ``load_train``) with its curriculum sampler bridge."""
     from curate.curriculum.sampler import CurriculumSampler
     from datasets import Dataset
+    from training.ladder import LadderWatch
     from training.rewards import accuracy_reward
     from training.sampler_bridge import CurriculumRepeatSampler
 
@@ -348,6 +358,7 @@ def build_trainer(
         prompt_level_loss=cfg.prompt_level_loss,
         ledger=ledger,
         metrics_log=metrics_log,
+        ladder=LadderWatch(cfg.ladder, cfg.num_generations, cfg.learning_rate) if cfg.ladder is not None else None,
     )
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts to stdout; ``log`` prints a line to stderr
     trainer.add_callback(run_folder.save_callback())  # files.json in every checkpoint: a whole one is verifiable
@@ -363,6 +374,7 @@ def run_identity(
     pool: str | None,
     ledger_model: str | None,
     optimizer_from: Path | None = None,
+    continue_from: Path | None = None,
 ) -> dict[str, Any]:
     """What makes a run: re-running with the same identity resumes, a different one is refused."""
     return {
@@ -373,6 +385,7 @@ def run_identity(
         "train_sha256": file_hash(train),
         "pool": pool,
         "ledger_model": ledger_model,
+        **({"continue_from": str(continue_from)} if continue_from else {}),
     }
 
 
@@ -406,21 +419,28 @@ def train_rl(
     home: str | Path | None = None,
     pool: str | None = None,
     optimizer_from: str | Path | None = None,
+    continue_from: str | Path | None = None,
 ) -> dict[str, Any]:
     """Train one RL stage into ``out_dir`` (see the module docstring); returns the run summary.
 
     model: starting model (hub id or a saved folder; vLLM colocate needs a folder). train: the stage's prompts.
     home / pool: the workspace and pool whose rollout ledger receives every training rollout (no ledger without a
     pool). optimizer_from: the previous stage's ``optimizer.pt`` to start Adam from (``carry_optimizer``).
-    Multi-process (torchrun / accelerate launch): every rank calls this; rank 0 writes the files.
+    continue_from: the checkpoint where the previous rung of this stage's rollout ladder ended
+    (``training.ladder``): this run starts from its curriculum position, ladder state and RNG (``model`` and
+    ``optimizer_from`` name its weights and Adam state). Multi-process (torchrun / accelerate launch): every rank
+    calls this; rank 0 writes the files.
     """
     from accelerate import PartialState
 
     state = PartialState()
     out_dir = Path(out_dir)
     model, train, optimizer_from = _check_inputs(model, train, optimizer_from)
+    continue_from = Path(continue_from) if continue_from else None
+    if continue_from is not None and not (continue_from / run_folder.SAMPLER_STATE).is_file():
+        raise InputError(f"{continue_from} is not a checkpoint of an RL run (no {run_folder.SAMPLER_STATE})")
     ledger_model = cfg.ledger_model or out_dir.resolve().name
-    identity = run_identity(cfg, model, train, pool, ledger_model if pool else None, optimizer_from)
+    identity = run_identity(cfg, model, train, pool, ledger_model if pool else None, optimizer_from, continue_from)
     run_id = "rl-" + hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
     if run_folder.bind(out_dir, CONFIG, identity, write=False):
         done = run_folder.finished(out_dir, SUMMARY)
@@ -451,9 +471,9 @@ def train_rl(
         metrics_log=metrics_log,
         world_size=state.num_processes,
     )
-    if checkpoint is not None:
-        trainer.load_sampler_state(checkpoint)
-        trainer.resume_rng_from = str(checkpoint)  # restored at the first step: the resumed steps sample the same
+    if checkpoint is not None or continue_from is not None:  # its own checkpoint, else where the last rung ended
+        trainer.load_sampler_state(checkpoint or continue_from, continuing=checkpoint is None)
+        trainer.resume_rng_from = str(checkpoint or continue_from)  # restored at the first step: the same samples
     trainer.optimizer_from = optimizer_from
     final = out_dir / run_folder.FINAL
     train_loss = _train_and_save(trainer, checkpoint, at_end, out_dir, state.is_main_process)
@@ -479,6 +499,7 @@ def train_rl(
         "precision": "bf16" if trainer.args.bf16 else "float32",
         "wall_s": round(time.perf_counter() - t0, 2),
         "ledger": {"pool": pool, "model": ledger_model, "run_id": run_id} if pool else None,
+        "ladder": trainer.ladder.summary() if trainer.ladder is not None else None,
     }
     if state.is_main_process:
         written = metrics_log.write()

@@ -13,7 +13,10 @@ The chain, one public function per step, each skipped when its output is already
    ``score``, ``select``, ``curriculum``), the RL curriculum built from them and pinned;
 4. ``rl_stage`` for each RL stage of the curriculum plan (``training.plan``), in order, each starting from the
    previous stage's final model (and, with ``rl.carry_optimizer``, its Adam state); checkpoints every
-   ``eval.every`` steps are evaluated after the stage;
+   ``eval.every`` steps are evaluated after the stage. With ``groups: parallel`` (a ``bands`` plan's default) each
+   stage starts from the pass's starting model instead and the groups so far are merged after each; with
+   ``rl.ladder`` (a ``bands`` plan's ``stop_rule``) a stage whose training reward plateaus continues as its next
+   rung with N doubled, lr/N kept (``training.groups``, ``training.ladder``);
 5. ``evaluate_model`` after every training step (pass@1 as mean@k with its standard error, ``split: test`` only;
    also at ``eval.temperatures``), the result in the model's card;
 6. ``decide`` after every RL stage when the recipe has ``decide`` (below);
@@ -92,6 +95,7 @@ from training.chain import (
 )
 from training.choose import choose_sft
 from training.coscale import coscale_measure, coscale_sft, coscale_solutions, coscale_stages
+from training.groups import PARALLEL, from_base, group_mode, group_record, merge_groups, merge_name, next_rung
 from training.measure import forecast_waste, measure
 from training.outcome import checkpoint_eval, fit_and_plot, keep_eval, report, write_summary
 from training.packaged import model_folder, packaged_name
@@ -218,10 +222,12 @@ def rl_stage(run: Run, state: ChainState, stage: StagePlan) -> ChainState:
         cfg = stage_rl(stage.rl, ledger, where=f"stages.{stage.name}")
         follows_rl = state.last_stage is not None and state.model == str(Path(state.last_stage) / "final")
         carried = Path(state.last_stage) / rl.OPTIMIZER if cfg.carry_optimizer and follows_rl else None
+        if stage.resume:  # a rung of the rollout ladder: exactly where the previous rung stopped, Adam included
+            carried = Path(stage.resume) / rl.OPTIMIZER
         run_step({
             "kind": "rl", "out": str(folder), "model": state.model, "train": str(stage.shard), "config": cfg.to_dict(),
             "home": str(run.ws.root), "pool": recipe.pool, "lineage": lineage,
-            "optimizer_from": str(carried) if carried else None,
+            "optimizer_from": str(carried) if carried else None, "continue_from": stage.resume,
         }, recipe.launch)  # fmt: skip
     stamp_lineage(folder / "final", lineage)  # no-op when the step wrote it
     compute = run_folder.stage_compute(folder)
@@ -264,11 +270,12 @@ def redistill(run: Run, state: ChainState) -> ChainState:
     return dataclasses.replace(state, pending=pending)  # the policy stays the RL model; this one is a by-product
 
 
-def evaluate_model(run: Run, state: ChainState, last: bool = True) -> ChainState:
+def evaluate_model(run: Run, state: ChainState, last: bool = True, curve: bool = True) -> ChainState:
     """Held-out pass@1 of the model the previous step trained (and of an RL stage's checkpoints, ``eval.every``);
     one ``chain.json`` record; skipped when the record exists (a rerun prints the recorded line, marked done, so
-    every step reports). ``last``: False for an RL stage a later stage of the
-    pass follows (``_rl_passes`` knows): it is not evaluated at ``eval.temperatures``."""
+    every step reports). ``last``: False for an RL stage (or merge) a later one of the pass follows (``_rl_pass``
+    knows): it is not evaluated at ``eval.temperatures``. ``curve``: False for a model that is not the pass's (a
+    later parallel group's own, ``training.groups``): recorded, but not on the eval curve, checkpoints unevaluated."""
     from training.evaluate import append_eval
 
     p = state.pending
@@ -280,8 +287,8 @@ def evaluate_model(run: Run, state: ChainState, last: bool = True) -> ChainState
         _echo_heldout(run, done, " (done)")
         return state
     t0 = time.perf_counter()
-    is_rl = p.get("kind") == "rl"
-    if is_rl and run.recipe.eval.every:
+    is_rl, on_curve = p.get("kind") == "rl", curve and "eval_compute" in p  # an RL stage's model or a merge
+    if is_rl and curve and run.recipe.eval.every:
         folder = Path(p["stage_dir"])
         compute = run_folder.stage_compute(folder)
         every_limit = run.recipe.eval.every_limit if run.recipe.eval.every_limit is not None else run.recipe.eval.limit
@@ -294,13 +301,13 @@ def evaluate_model(run: Run, state: ChainState, last: bool = True) -> ChainState
             run.echo(f"[chain]   {p['step']} step {step}: pass@1 = {ev['pass_at_1']:.3f} ± {ev['stderr']:.3f}")
     # ``eval.temperatures`` where the chain's comparison reads them: every step but an RL stage a later one follows
     # (the SFT model and the last stage are what ``gain_over_sft`` pairs; a pass ``decide`` stops early has none)
-    ev = _eval(Path(p["model"]), run, save_as=p["step"], others=last or not is_rl)
+    ev = _eval(Path(p["model"]), run, save_as=p["step"], others=last or "eval_compute" not in p)
     extra = {k: p[k] for k in ("rl_steps", "compute", "stage_dir", "offset_step", "offset_compute") if k in p}
     rec = {"step": p["step"], "model": p["model"], "wall_s": round(p["wall_s"] + time.perf_counter() - t0, 1),
-           **ev, **extra}  # fmt: skip
+           **ev, **extra, **({} if curve else {"curve": False})}  # fmt: skip
     chain.put(rec)
     _card_evaluation(run, p, ev)
-    if is_rl:
+    if on_curve:
         append_eval(run.run_dir, p["offset_step"] + p["rl_steps"], p["eval_compute"], rec)
     _echo_heldout(run, rec)
     return state
@@ -421,26 +428,57 @@ def run_opened(
 
 
 def _rl_passes(run: Run, step: Call, state: ChainState) -> ChainState:
-    """The RL stages in order (the run's pinned curriculum), each evaluated and, with ``decide``, decided on; then
-    CoScale iterations while ``decide.coscale_iterations`` allows."""
+    """The RL stages of the run's pinned curriculum (``_rl_pass``); then CoScale iterations while
+    ``decide.coscale_iterations`` allows."""
     recipe = run.recipe
     stages = run.stages()
-    if note := sequential_note(stages):
+    mode = group_mode(recipe, stages)
+    if note := sequential_note(stages, mode):
         run.echo(f"[chain] note: {note}")
     while True:
         todo = stages if state.iteration == 0 else coscale_stages(run, state)
-        for stage in todo:
-            name = rl_step_name(stage, state.iteration)
-            state = step(name, rl_stage, run, state, stage)
-            state = step(f"eval {name}", evaluate_model, run, state, stage is todo[-1])
-            if recipe.decide is not None and step(f"decide {name}", decide, run, state, name)["action"] == STOP:
-                break
+        state = _rl_pass(run, step, state, todo, mode == PARALLEL)
         if recipe.decide is None or state.iteration >= recipe.decide.coscale_iterations:
             return state
         state = step(f"it{state.iteration + 1}:measure", coscale_measure, run, state)
         state = step(f"it{state.iteration}:solutions", coscale_solutions, run, state)
         state = step(f"it{state.iteration}:sft", coscale_sft, run, state)
         state = step(f"eval it{state.iteration}:sft", evaluate_model, run, state)
+
+
+def _rl_pass(run: Run, step: Call, state: ChainState, todo: list[StagePlan], parallel: bool) -> ChainState:
+    """One pass over the stages ``todo``, each with the rungs of its rollout ladder (``training.groups.next_rung``),
+    each rung evaluated and, with ``decide``, decided on (a stop ends the pass). ``parallel``: every stage is an
+    independent run from the pass's starting model, and the groups trained so far are merged after each from the
+    second on (``training.groups``: the merge is the pass's model; a later group's own evaluations are off the
+    eval curve)."""
+    base, groups = state, []
+    for stage in todo:
+        start = state = from_base(state, base) if parallel else state
+        rung: StagePlan | None = stage
+        while rung is not None:
+            name, trained = rl_step_name(rung, state.iteration), rung
+            state = step(name, rl_stage, run, state, rung)
+            rung = step(f"ladder {name}", next_rung, run, state, rung) if rung.rl.ladder else None
+            last = rung is None and stage is todo[-1] and not (parallel and len(todo) > 1)  # else the merge is
+            curve = not (parallel and groups)
+            state = step(f"eval {name}", evaluate_model, run, state, last, curve)
+            if curve and _stops(run, step, state, name):
+                return state
+        if parallel:
+            groups.append(group_record(trained, state, state.offset_step - start.offset_step))
+            if len(groups) > 1:
+                name = merge_name(len(groups), len(todo), state.iteration)
+                state = step(name, merge_groups, run, state, base.model, groups, len(todo))
+                state = step(f"eval {name}", evaluate_model, run, state, stage is todo[-1])
+                if _stops(run, step, state, name):
+                    return state
+    return state
+
+
+def _stops(run: Run, step: Call, state: ChainState, name: str) -> bool:
+    """``decide`` after step ``name`` (with the recipe's ``decide``): whether it stops the pass."""
+    return run.recipe.decide is not None and step(f"decide {name}", decide, run, state, name)["action"] == STOP
 
 
 def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:

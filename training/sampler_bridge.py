@@ -13,7 +13,9 @@ generation batches. This bridge keeps that layout with prompts chosen online by 
   with ``curriculum.update``, so every rank's curriculum stays identical;
 - ``checkpoint_state(chunks_trained)`` is what goes into each checkpoint: the curriculum's state plus the chunks
   already drawn but not yet trained (the data loader prefetches one). ``load_checkpoint_state`` restores it and
-  serves those chunks first, so a resumed run continues exactly as the uninterrupted one would have.
+  serves those chunks first, so a resumed run continues exactly as the uninterrupted one would have;
+  ``continue_state`` does the same for the next segment of a stage (a rung of CoScale's rollout ladder, whose group
+  size differs).
 
 The sampler has no length on purpose: the Trainer then runs to ``max_steps`` (or until the curriculum ends), and
 with ``ignore_data_skip=True`` a resume does not "skip" batches by drawing (and so burning) curriculum chunks.
@@ -153,6 +155,21 @@ class CurriculumRepeatSampler(Sampler[int]):
         self.drawn = {}
         self.padded_chunks = int(state.get("padded_chunks", 0))
         self.exhausted = False
+
+    def continue_state(self, state: Mapping[str, Any]) -> None:
+        """Start a new segment where another one stopped (its ``checkpoint_state`` at its last step): the same
+        curriculum, its drawn-but-untrained chunks served first. The group size may differ (CoScale's rollout
+        ladder doubles it between segments, ``training.ladder``); the prompts per chunk may not."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"sampler_state version {state.get('version')} != {STATE_VERSION}")
+        if state["layout"]["prompts_per_chunk"] != self.prompts_per_chunk:
+            raise ValueError(
+                f"sampler_state has {state['layout']['prompts_per_chunk']} prompts per chunk, this "
+                f"segment {self.prompts_per_chunk}: a segment continues with the same prompts per step"
+            )
+        self.curriculum.load_state_dict(state["curriculum"])
+        self.carry = deque(list(c) for c in state["carry"])
+        self.chunks_drawn, self.drawn, self.padded_chunks, self.exhausted = 0, {}, 0, False
 
     def layout(self) -> dict[str, int]:
         return {

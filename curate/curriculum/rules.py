@@ -388,15 +388,24 @@ class RolloutLadder:
 
     def observe(self, group: str, step: int, reward: float) -> int:
         """Record ``reward`` at ``step``; returns the group's N after any plateau/collapse action."""
+        if self.check(group, step, reward) is not None:
+            return self.on_plateau(group)
+        return self.n(group)
+
+    def check(self, group: str, step: int, reward: float) -> str | None:
+        """Record ``reward`` at ``step`` and say which rule ends the group's segment, without acting on it:
+        ``collapse`` (more than ``collapse_drop`` below the peak), ``plateau`` (no new peak for ``patience`` steps)
+        or None (a new peak, or still within patience). ``observe`` acts on it; the trainer's rollout ladder
+        (``training.ladder``) records it first, with the peak it was measured against."""
         g = self._group(group)
         if g["peak"] is None or reward > g["peak"]:
             g["peak"], g["since"] = reward, step
-            return g["n"]
+            return None
         if g["since"] is None:
             g["since"] = step
-        if reward < g["peak"] - self.collapse_drop or step - g["since"] >= self.patience:
-            return self.on_plateau(group)
-        return g["n"]
+        if reward < g["peak"] - self.collapse_drop:
+            return "collapse"
+        return "plateau" if step - g["since"] >= self.patience else None
 
     def state_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(self._groups))

@@ -80,8 +80,11 @@ class CurriculumConfig:
     ``tokenizer``, a local tokenizer folder). threshold: split length (default: the mean). include_suffix: measure
     the prompt with the instruction suffix (FastCuRL's data do). model / score_run: which stats model / scores run
     gives pass rates when a pool has several. pool_lo / pool_hi / bins / min_effective_frac / ladder_*: CoScale-RL
-    settings. max_prompt_length, max_response_length, rollouts, prompt_batch, lr, temperature, steps: RL settings of
-    the bands and scalingrl stages (FastCuRL stages use their preset). sampler: the online sampler's settings (its
+    settings (the rollout ladder's rule, written into each group's ``stop_rule``: the training reward, averaged over
+    ``ladder_window`` steps, has not risen for ``ladder_patience`` steps or fell ``ladder_collapse_drop`` below its
+    peak; ``training run`` follows it with ``plan_fields`` naming ``ladder``, ``training.ladder``).
+    max_prompt_length, max_response_length, rollouts, prompt_batch, lr, temperature, steps: RL settings of the
+    bands and scalingrl stages (FastCuRL stages use their preset). sampler: the online sampler's settings (its
     size / epochs / seed drive the scalingrl plan).
     fastcurl_steps: ``scaled`` (default) gives each FastCuRL stage the passes over its split that the paper's stage
     makes over the released 40K prompts (``rules.scaled_steps``); ``paper`` keeps the preset's step counts; a list
@@ -108,6 +111,8 @@ class CurriculumConfig:
     ladder_factor: int = 2
     ladder_n_max: int = 64
     ladder_patience: int = 20
+    ladder_window: int = 1
+    ladder_collapse_drop: float = 0.1
     max_prompt_length: int = 1024
     max_response_length: int = 8192
     rollouts: int = 8
@@ -132,6 +137,8 @@ class CurriculumConfig:
             raise ConfigError(f"curriculum.bins must be >= 2 increasing edges, got {self.bins}")
         if self.ladder_factor < 2 or not 1 <= self.ladder_n0 <= self.ladder_n_max:
             raise ConfigError("curriculum ladder: factor >= 2 and 1 <= ladder_n0 <= ladder_n_max")
+        if self.ladder_patience < 1 or self.ladder_window < 1 or self.ladder_collapse_drop <= 0:
+            raise ConfigError("curriculum ladder: ladder_patience and ladder_window >= 1, ladder_collapse_drop > 0")
         if isinstance(self.fastcurl_steps, str) and self.fastcurl_steps not in ("scaled", "paper"):
             raise ConfigError(
                 f"curriculum.fastcurl_steps {self.fastcurl_steps!r}: 'scaled', 'paper' or a list of steps per stage"
@@ -393,8 +400,10 @@ def bands_plan(df: pl.DataFrame, cfg: CurriculumConfig) -> tuple[list[tuple[dict
             "steps": cfg.steps,
             "stop_rule": {
                 "max_steps": cfg.steps,
+                "signal": "training reward of the group's prompts",
+                "window": cfg.ladder_window,
                 "plateau_patience": cfg.ladder_patience,
-                "collapse_drop": 0.1,
+                "collapse_drop": cfg.ladder_collapse_drop,
                 "on_plateau": "double n (RolloutLadder), keep lr/n",
                 "source": "RECONSTRUCTED §2.7",
             },

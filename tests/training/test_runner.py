@@ -53,12 +53,22 @@ def test_plan_stages_follow_the_plan_scaled_and_overridden_in_order():
     assert stages[0].shard == Path("cur/stage1.parquet")
 
 
-def test_a_run_says_it_trains_a_plans_parallel_groups_one_after_another():
+def test_a_plans_parallel_groups_train_independently_unless_the_recipe_says_sequential_and_then_it_says_so():
+    from training.groups import group_mode
+    from training.recipe import RunRecipe
+
+    recipe = RunRecipe(name="r", pool="p", curriculum="c")
     assert sequential_note(rl_stages(PLAN, Path("c"))) is None  # FastCuRL's stages are sequential by design
+    assert group_mode(recipe, rl_stages(PLAN, Path("c"))) == "sequential"
     bands = {"stages": [{**st, "parallel": True, "init_from": "base"} for st in PLAN["stages"]]}
     stages = rl_stages(bands, Path("c"))
     assert [s.parallel for s in stages] == [True, True]
-    assert "['stage1', 'stage2']" in sequential_note(stages) and "one after another" in sequential_note(stages)
+    assert group_mode(recipe, stages) == "parallel" and sequential_note(stages, "parallel") is None  # as planned
+    sequential = RunRecipe(name="r", pool="p", curriculum="c", groups="sequential")
+    note = sequential_note(stages, group_mode(sequential, stages))
+    assert "['stage1', 'stage2']" in note and "one after another" in note and "groups: sequential" in note
+    with pytest.raises(ConfigError, match="groups 'paralel'"):
+        RunRecipe(name="r", pool="p", curriculum="c", groups="paralel")
 
 
 def test_plan_errors_fail_before_any_training():
@@ -280,8 +290,8 @@ def test_the_chain_reads_its_plan_once_per_pass_and_tells_the_evaluation_which_s
 
     run_chain(RunRecipe(name="r", pool="t", curriculum="c", rl=RLConfig()), home=ws, echo=lambda s: None,
               call=stand_in)  # fmt: skip
-    assert evaluated == [("eval init",), ("eval rl:stage1", False), ("eval rl:stage2", False),
-                         ("eval rl:stage3", True)]  # fmt: skip
+    assert evaluated == [("eval init",), ("eval rl:stage1", False, True), ("eval rl:stage2", False, True),
+                         ("eval rl:stage3", True, True)]  # (last, on the eval curve)  # fmt: skip
     assert len(reads) == 2  # checked before any model work, then read for the pass
 
 
@@ -458,7 +468,8 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     # An arm from this run's SFT model (bench/bench_methods.py's shape): no `sft`, `measure` measures the starting
     # model, reusing its rollouts already in the ledger; a random subset; the borrowed model's card is left alone.
     card = (Path(sft_model) / "README.md").read_bytes()
-    arm = load_recipe(recipe_path, {"model": sft_model, "sft": None, "measure.select.by": "random"})
+    arm = load_recipe(recipe_path, {"model": sft_model, "sft": None, "measure.select.by": "random",
+                                    "measure.fresh": 0})  # fmt: skip
     other = run_chain(arm, home=home, out=tmp_path / "arm", echo=lambda s: None)
     assert [s["step"] for s in other["steps"]] == ["init", "rl:stage1"]
     [note] = json.loads((tmp_path / "arm" / "chain.json").read_text())["notes"]["measure"]
