@@ -431,9 +431,9 @@ def _show_run(run_dir: Path, payload: dict) -> list[str]:
     """``training show RUN``: the steps table, the paired gain, the fit line, the decisions, the rollout ladder's
     events and the merges of parallel groups, the lineage."""
     from training.card import short_path, workspace_root
-    from training.chain import running_line
     from training.ladder import event_line
     from training.scaling import summary_line
+    from training.step import running_line
 
     run = run_dir.resolve()
     root = workspace_root(run)

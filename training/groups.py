@@ -30,10 +30,11 @@ from typing import Any
 
 from curate.errors import InputError
 from training import rl, run_folder
-from training.chain import ChainState, Run, chain_lineage, stamp_lineage
+from training.chain import ChainState, Run, chain_lineage
 from training.ladder import event_line
 from training.plan import StagePlan, rl_step_name
 from training.recipe import RunRecipe, stage_rl
+from training.step import stamp_lineage
 
 
 PARALLEL, SEQUENTIAL = "parallel", "sequential"

@@ -80,19 +80,7 @@ from typing import Any
 from curate import io
 from curate.progress import status_file
 from training import rl, run_folder
-from training.chain import (
-    RUNNING,
-    ChainState,
-    Run,
-    chain_lineage,
-    check_launch,
-    open_run,
-    pin_data,
-    run_lock,
-    run_step,
-    sft_step,
-    stamp_lineage,
-)
+from training.chain import ChainState, Run, chain_lineage, check_launch, open_run, pin_data, run_lock, sft_step
 from training.choose import choose_sft
 from training.coscale import coscale_measure, coscale_sft, coscale_solutions, coscale_stages
 from training.groups import PARALLEL, from_base, group_mode, group_record, merge_groups, merge_name, next_rung
@@ -101,6 +89,7 @@ from training.outcome import checkpoint_eval, fit_and_plot, keep_eval, report, w
 from training.packaged import model_folder, packaged_name
 from training.plan import StagePlan, rl_step_name, sequential_note
 from training.recipe import RunRecipe, resolve_path, stage_rl
+from training.step import RUNNING, run_step, stamp_lineage
 
 
 STOP, CONTINUE = "stop", "continue"

@@ -83,7 +83,7 @@ def test_lineage_json_names_workspace_paths_and_hub_ids_and_reads_back_where_the
     import shutil
 
     from training.card import read_lineage, write_model_card
-    from training.chain import stamp_lineage
+    from training.step import stamp_lineage
 
     ws, model = _model_in_run(tmp_path, tiny)
     init = ws / "runs" / "demo" / "init"

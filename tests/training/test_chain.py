@@ -19,8 +19,9 @@ import pytest
 
 from curate.errors import InputError, LockTimeout
 from tests.processes import alive, wait_for
-from training.chain import HARMLESS, StepFailed, open_run, run_lock, run_step
+from training.chain import HARMLESS, open_run, run_lock
 from training.recipe import recipe_from_mapping
+from training.step import StepFailed, run_step
 
 
 RECIPE = {"name": "r", "pool": "p", "train": "x.parquet", "rl": {"loss_type": "cispo"}}
@@ -189,7 +190,7 @@ def test_killing_the_chain_leaves_no_step_running(tmp_path, sig):
     parent = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys
-            from training.chain import run_step
+            from training.step import run_step
             run_step({{"kind": "rl", "out": {str(tmp_path / "rl")!r}}}, launch=[sys.executable, {str(script)!r}])
         """)],
         cwd=REPO, stderr=subprocess.DEVNULL,
@@ -232,7 +233,7 @@ def test_show_of_a_running_step_says_step_n_of_m_and_the_time_left(tmp_path):
     import threading
 
     from curate.progress import status_file
-    from training.chain import RUNNING, running_line
+    from training.step import RUNNING, running_line
 
     script = tmp_path / "step.py"
     script.write_text(PROGRESS)

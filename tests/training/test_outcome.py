@@ -67,7 +67,8 @@ def test_a_summary_and_a_fit_read_back_through_their_readers(tmp_path):
 # Where a run's records may be parsed: each one's reader, beside its writer (issue 39.2). Anything else reads them
 # through these; JSON another tool wrote goes through ``curate.io.read_json``.
 READERS = {
-    "training/chain.py": {"Chain.__init__", "read_recipe", "step_record", "read_pinned"},
+    "training/chain.py": {"Chain.__init__", "read_recipe", "read_pinned"},
+    "training/step.py": {"step_record"},
     "training/outcome.py": {"read_summary"},
     "training/run_folder.py": {"read_identity", "finished", "read_files", "_check_config"},
     "training/plots.py": {"read_fit"},

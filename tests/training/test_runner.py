@@ -130,7 +130,7 @@ def test_recipe_decide_section_is_strict_down_to_the_curate_sections(tmp_path):
 
 def test_stamp_lineage_names_the_chain_in_the_card_once_and_keeps_the_steps_own_keys(tmp_path):
     from training.card import read_lineage, write_model_card
-    from training.chain import stamp_lineage
+    from training.step import stamp_lineage
 
     model = tmp_path / "final"
     write_model_card(model, kind="redistill", base_model=str(tmp_path / "init"), recipe={"lr": 1e-5}, metrics={"x": 1},

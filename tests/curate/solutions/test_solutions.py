@@ -227,7 +227,7 @@ def test_ledger_solutions_filtered_deduplicated_exported(ws):
     # no path of this machine: the tables by their place in the workspace (issue 38.13)
     assert str(ws.root) not in (out / "lineage.json").read_text()
     assert lineage["problems"]["path"] == "pools/p/problems.parquet"
-    assert lineage["solutions_table"]["path"] == "pools/p/solutions.parquet"
+    assert lineage["solutions_table"]["path"] == "pools/p/solutions/p/solutions.parquet"
 
     # re-running is a no-op; a smaller K exports fewer rows from the same table
     before = {
@@ -305,7 +305,7 @@ def test_two_recipes_on_one_pool_keep_their_own_solution_sets(ws, capsys):
     again = pipeline.run_stage("solutions", ws, curated)
     assert again.skipped and again.summary["kept"] == first.summary["kept"] == 1
     lineage = json.loads((ws.root / "solutions" / "p" / "lineage.json").read_text())
-    assert lineage["solutions_table"]["path"] == str(curated_table)
+    assert lineage["solutions_table"]["path"] == str(curated_table.relative_to(ws.root))  # the set's own table
 
     capsys.readouterr()
     assert main(["show", "p", "--json"]) == 0
