@@ -11,11 +11,14 @@ solved. Per seed, from the same from-scratch model (``training init-tiny`` with 
 2. ``raw``: ``training/recipes/tiny/raw.yaml``, what a user gets without this project: SFT on every teacher trace,
    then TRL's defaults over every row of the RL pool (uniform, no filters), 60 RL steps of 256 rollouts, evaluated
    every 10: at 40 steps it has the curated arm's RL steps, at 60 also the rollouts curated spends in ``measure``.
-3. ``sftmore``: the curated SFT model, SFT continued on the same verified solutions for the CPU-seconds the curated
-   arm's RL took (the cheapest baseline with the same checker: no rollouts at all).
+3. ``sftmore``: the curated SFT model (the checkpoint its SFT chose on validation, the model its RL started from),
+   SFT continued on the same verified solutions for the CPU-seconds the curated arm's RL took (the cheapest baseline
+   with the same checker: no rollouts at all), at a quarter of the first SFT's peak lr, cosine to 0 over those steps
+   (a stable schedule: at a constant lr checkpoints 100 steps apart swung by 0.1-0.25). Reported at the equal-CPU
+   point (its last model, ``sft-final``) and at the best of 4 checkpoints, chosen on the validation split.
 4. ``rft``: rejection-sampling fine-tuning: the curated SFT model fine-tuned on its own samples that the checker
    verified, the very rollouts ``measure`` drew on the RL pool's selected prompts (``datasets/tiny/rft.yaml``), for
-   the same CPU-seconds.
+   the same CPU-seconds; reported as ``sftmore`` is.
 
 Reported per seed and pooled over seeds (the mean of per-seed paired differences, SE = sqrt(sum of variances) / n):
 held-out pass@1 (300 test problems x k = 4) at T = 0.6 and at the rollouts' T = 1.0; curated minus raw at equal RL
@@ -36,6 +39,7 @@ checker spawns workers that re-import this script).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import math
@@ -99,6 +103,38 @@ def baseline_steps(home: Path, seed: int) -> int:
     return max(1, round(step_cpu(s, "rl:") / (step_cpu(s, "sft") / sft_steps)))
 
 
+def sft_model(home: Path, arm: str, seed: int) -> str:
+    """The SFT model an arm's RL started from: its chain's ``sft`` record (``sft/best``, the checkpoint chosen on the
+    validation split, when the recipe has ``sft.validation``; else ``sft/final``)."""
+    return chain(home, arm, seed).get("sft")["model"]
+
+
+BEST_EVERY = 4  # a baseline keeps this many checkpoints evenly over its steps, for its best one on validation
+
+
+FINAL_STEP = "sft-final"
+
+
+def evaluate_final(run: Path, home: Path) -> None:
+    """A baseline's last SFT model (``sft/final``: the equal-CPU point) on the held-out split with the run's own
+    eval settings (its ``recipe.json``), kept as ``evals/sft-final.parquet``: its chain evaluated the checkpoint it
+    chose on validation instead."""
+    from curate.config import from_mapping
+    from curate.io import Workspace
+    from training.chain import read_recipe
+    from training.evaluate import evaluate, heldout_problems
+    from training.outcome import keep_eval
+    from training.recipe import EvalSection
+
+    recipe = read_recipe(run)
+    sec = from_mapping(EvalSection, recipe["eval"], "eval")
+    problems = heldout_problems(Workspace(home), recipe["pool"], split=sec.split, limit=sec.limit)
+    for temperature in (None, *sec.temperatures):  # as the chain evaluates a last model: at each temperature
+        cfg = sec.config(sec.limit)
+        cfg = cfg if temperature is None else dataclasses.replace(cfg, temperature=temperature)
+        keep_eval(run, FINAL_STEP, evaluate(run / "sft" / "final", problems, cfg, progress=True), temperature)
+
+
 def measured(home: Path, seed: int) -> tuple[str, str]:
     """The curated run's ``measure``: the ledger model its rollouts went to, and the selection it made."""
     note = chain(home, "curated", seed).notes["measure"][0]
@@ -130,10 +166,13 @@ def commands(arm: str, home: Path, seed: int) -> list[list[str]]:
                      f"solutions.name=rft-seed{seed}"])  # fmt: skip
         check = f"import polars as pl, sys; sys.exit(0 if pl.read_parquet({data!r}).height else {NO_SAMPLES})"
         cmds.append([sys.executable, "-c", check])  # a model that solved nothing leaves nothing to fine-tune on
-    sets = [f"model={base / 'sft' / 'final'}", f"sft.data={data}", f"sft.max_steps={baseline_steps(home, seed)}",
-            f"sft.learning_rate={BASELINE_LR}", "curriculum=null", "measure=null", "curate_recipe=null",
-            f"name=tiny-{arm}"]  # fmt: skip
+    steps = baseline_steps(home, seed)
+    sets = [f"model={sft_model(home, 'curated', seed)}", f"sft.data={data}", f"sft.max_steps={steps}",
+            f"sft.learning_rate={BASELINE_LR}", f"sft.validation.every={max(1, steps // BEST_EVERY)}",
+            "curriculum=null", "measure=null", "curate_recipe=null", f"name=tiny-{arm}"]  # fmt: skip
     cmds.append([*py, "training.cli", "run", "--recipe", CURATED, *out, *(x for s in sets for x in ("--set", s))])
+    cmds.append([sys.executable, str(Path(__file__).resolve()), "--home", str(home), "--eval-final",
+                 str(run_dir(home, arm, seed))])  # fmt: skip
     return cmds
 
 
@@ -221,6 +260,11 @@ def steps_of(home: Path, arm: str, seed: int) -> dict[str, str]:
     """The named points of an arm: ``sft`` and ``end`` (its last model); raw also ``at40``; curated ``at10..at40``."""
     rl = rl_records(home, arm, seed)
     out = {"sft": "sft", "end": rl[-1]["step"] if rl else "sft"}
+    if not rl:  # a baseline: its last model (the equal-CPU point) and the checkpoint it chose on validation
+        from training.outcome import eval_path
+
+        if eval_path(run_dir(home, arm, seed), FINAL_STEP).is_file():
+            out.update(end=FINAL_STEP, best="sft")
     from training.outcome import checkpoint_eval, eval_path
 
     for r in rl:  # stage ends, and checkpoints evaluated inside a stage (eval.every)
@@ -284,6 +328,8 @@ COMPARISONS = (  # (name, arm a, point a, arm b, point b): a minus b, paired per
     ("raw RL - its SFT", "raw", "end", "raw", "sft"),
     ("RL - SFT continued (equal CPU)", "curated", "end", "sftmore", "end"),
     ("RL - rejection-sampling FT (equal CPU)", "curated", "end", "rft", "end"),
+    ("RL - SFT continued, its best checkpoint on validation", "curated", "end", "sftmore", "best"),
+    ("RL - rejection-sampling FT, its best checkpoint on validation", "curated", "end", "rft", "best"),
     ("SFT continued - its SFT", "sftmore", "end", "curated", "sft"),
     ("rejection-sampling FT - its SFT", "rft", "end", "curated", "sft"),
 )
@@ -458,8 +504,13 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE for every training run (a shorter grid)")
     ap.add_argument("--raw-set", action="append", default=[], help="KEY=VALUE for the raw arm's training run only")
     ap.add_argument("--curated-set", action="append", default=[], help="KEY=VALUE for the curated arm's run only")
+    ap.add_argument("--eval-final", help="RUN: evaluate a baseline run's last SFT model (each baseline arm does)")
     args = ap.parse_args()
     from curate import io
+
+    if args.eval_final:
+        evaluate_final(Path(args.eval_final), Path(args.home).resolve())
+        return
 
     EXTRA.update(all=args.set, raw=args.raw_set, curated=args.curated_set)
     home = Path(args.home).resolve()

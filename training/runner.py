@@ -190,12 +190,16 @@ def start_model(run: Run) -> str:
 
 
 def sft(run: Run, state: ChainState) -> ChainState:
-    """SFT of the current model on the recipe's ``sft.data`` (skipped when ``sft/`` holds a finished run); with
-    ``sft.validation`` the SFT model is its best checkpoint on the validation split (``training.choose``)."""
+    """SFT of the current model on the recipe's ``sft.data`` (skipped when ``sft/`` holds a finished run)."""
     if run.recipe.sft is None:
         return state
     data = run.pinned("sft") or resolve_path(run.ws, run.recipe.sft.data)
-    state = sft_step(run, state, "sft", run.run_dir / "sft", data)
+    return sft_step(run, state, "sft", run.run_dir / "sft", data)
+
+
+def choose(run: Run, state: ChainState) -> ChainState:
+    """With ``sft.validation``, the SFT model is its best checkpoint on the validation split (``training.choose``;
+    its own step, so its evaluations are not counted as SFT's compute)."""
     return choose_sft(run, state, run.run_dir / "sft")
 
 
@@ -511,6 +515,7 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
     state = step("eval init", evaluate_model, run, state)
     if recipe.sft is not None:
         state = step("sft", sft, run, state)
+        state = step("choose sft", choose, run, state)
         state = step("eval sft", evaluate_model, run, state)
     if recipe.measure is not None:
         state = step("measure", measure, run, state)

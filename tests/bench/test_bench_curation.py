@@ -62,8 +62,11 @@ def finished_run(home: Path, arm: str, seed: int, sft: float, end: float, rl_ste
     run = home / "runs" / f"{arm}-seed{seed}"
     shift = [0.0, 0.1, -0.1, 0.2, -0.2, 0.0]  # a mean of 0: a table's pass rate is the rate asked for
     rates = lambda r: [min(1.0, max(0.0, r + d)) for d in shift]  # noqa: E731
-    steps: list[dict] = [{"step": "sft"}]
+    steps: list[dict] = [{"step": "sft", "model": str(run / "sft" / "best")}]  # the checkpoint chosen on validation
     _table(run, "sft", rates(sft))
+    if not rl_steps:  # a baseline: its last model at equal CPU, a little below the checkpoint it chose
+        _table(run, "sft-final", rates(sft - 0.05))
+        _table(run, "sft-final", rates(sft - 0.15), temperature=1.0)
     _table(run, "sft", rates(sft - 0.1), temperature=1.0)
     timings = [{"step": "sft", "cpu_s": 100.0}]
     offset, last = 0, "sft"
@@ -110,11 +113,14 @@ def test_each_arm_runs_what_a_user_types(bench, tmp_path):
     assert raw[5] == bench.RAW and "rl.max_steps=6" in raw and "measure.select.size=8" not in raw
 
     finished_run(home, "curated", 3, *ARMS["curated"])
-    (sftmore,) = bench.commands("sftmore", home, 3)
-    # SFT continued for what curated's RL cost: its RL CPU (80 s) over its SFT's per step (100 s / 50 steps)
-    assert "sft.max_steps=40" in sftmore and f"model={home / 'runs/curated-seed3/sft/final'}" in sftmore
+    sftmore, final = bench.commands("sftmore", home, 3)
+    # SFT continued for what curated's RL cost: its RL CPU (80 s) over its SFT's per step (100 s / 50 steps), from
+    # the SFT model curated's RL started from (its best checkpoint on validation), keeping 4 checkpoints to choose from
+    assert "sft.max_steps=40" in sftmore and f"model={home / 'runs/curated-seed3/sft/best'}" in sftmore
+    assert "sft.validation.every=10" in sftmore
     assert "curriculum=null" in sftmore and "measure=null" in sftmore and "name=tiny-sftmore" in sftmore
-    make, check, train = bench.commands("rft", home, 3)
+    assert final[-2:] == ["--eval-final", str(home / "runs" / "sftmore-seed3")]  # its last model, at equal CPU
+    make, check, train, _ = bench.commands("rft", home, 3)
     assert make[1:4] == ["run", "--recipe", bench.RFT_RECIPE]
     assert "solutions.models=[runs/curated-seed3/sft/final]" in make  # the ledger's name for the measured model
     assert "solutions.selection=tiny-rl.curated-seed3" in make and f"{bench.NO_SAMPLES})" in check[-1]
@@ -185,6 +191,10 @@ def test_the_report_pairs_every_comparison_pools_seeds_and_finds_the_rollouts_to
     assert (target["target"], target["target_rollouts"], target["target_cpu_s"]) == (pytest.approx(0.45), 48, 120)
     assert (target["rollouts"], target["cpu_s"]) == (pytest.approx(72), pytest.approx(50))
     assert target["rollout_ratio"] == pytest.approx(1.5) and target["cpu_ratio"] == pytest.approx(50 / 120)
+    continued = results["comparisons@T=0.6"]  # a baseline at equal CPU (its last model) and at its chosen checkpoint
+    assert continued["RL - SFT continued (equal CPU)"]["per_seed"][0]["gain"] == pytest.approx(0.6 - 0.40)
+    best = continued["RL - SFT continued, its best checkpoint on validation"]["per_seed"][0]["gain"]
+    assert best == pytest.approx(0.6 - 0.45)
     for line in ("== paired differences at T=0.6", "== rollouts and CPU for curated to reach raw's final", "== modes"):
         assert line in out
     quote = bench.quote(results, [0, 1])
