@@ -112,3 +112,49 @@ def test_the_forecast_from_fresh_samples_hits_what_a_selection_meets_where_its_o
     assert abs(fresh["8"]["share"] - truth) < 0.05
     assert abs(fresh["observed"] - truth) < 0.05  # the fresh groups themselves, at their own size
     assert truth - own["share"] > 0.1  # the selection's own rollouts under-forecast the waste
+
+
+def _workspace(tmp_path, samples: pl.DataFrame | None):
+    """A pool of 20 train problems (reference solutions right but for p3's) and, when given, a ledger of model m."""
+    from curate import io
+    from curate.rollout import ledger
+
+    ws = io.Workspace(tmp_path / "ws")
+    ids = [f"p{i}" for i in range(20)]
+    frame = pl.DataFrame({S.PROBLEM_ID: ids, S.PROBLEM: [f"Compute ${i} + 1$." for i in range(20)],
+                          S.ANSWER: [str(i + 1) for i in range(20)], S.SPLIT: ["train"] * 20,
+                          S.SOURCE: ["s"] * 20, S.META: [json.dumps({"ops": 1 + i % 4}) for i in range(20)],
+                          S.SOLUTION: [f"$\\boxed{{{i + 1 + (i == 3)}}}$" for i in range(20)]})  # fmt: skip
+    io.write_parquet(frame, ws.table("p", "problems"))
+    if samples is not None:
+        rows = samples.with_columns(pl.lit("m").alias(S.MODEL), pl.col(S.SAMPLE_IDX).cast(pl.Int32))
+        rows = rows.with_columns(pl.lit(None).alias(c) for c in S.ROLLOUTS if c not in rows.columns)
+        ledger.write_part(rows.select(list(S.ROLLOUTS)), ledger.part_path(ws, "p", "m", "part-r-test-000000.parquet"))
+    return ws
+
+
+def test_the_verb_reports_writes_its_files_and_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    """``curate headroom`` (issue 36.1): the verdict, the bands and the suspects on the terminal, the tables, JSON
+    and figure with ``--out``; an unknown model, an empty ledger and n < 2 are one line each, exit 2."""
+    from curate.cli import main
+
+    rates = {f"p{i}": (1.0, 0.5, 0.0, 0.5)[i % 4] for i in range(20)}
+    samples = _ledger(rates, 8).with_columns(pl.col(S.EXTRACTED_ANSWER))
+    ws = _workspace(tmp_path, samples)
+    home = ["--home", str(ws.root)]
+    assert (
+        main(["headroom", "--pool", "p", "--model", "m", "--by", "meta.ops", "--out", str(tmp_path / "h"), *home]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "RL can sharpen 9 of 20 prompts (45%" in out and "suspected wrong golds: 1 gold_vs_reference" in out  # p3
+    assert {p.name for p in (tmp_path / "h").iterdir()} >= {"headroom.parquet", "headroom.json", "headroom.png"}
+    assert json.loads((tmp_path / "h" / "headroom.json").read_text())["totals"]["suspect"] == 1
+    for args, said in ((["--model", "other"], "model 'other' has no rollouts on pool 'p'"),
+                       (["--model", "m", "--n", "1"], "n >= 2"),
+                       (["--model", "m", "--n", "16"], "no prompt has 16 samples")):  # fmt: skip
+        assert main(["headroom", "--pool", "p", *args, *home]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    empty = _workspace(tmp_path / "e", None)
+    assert main(["headroom", "--pool", "p", "--model", "m", "--home", str(empty.root)]) == 2
+    assert "has no rollouts" in capsys.readouterr().err
