@@ -289,6 +289,58 @@ def held_out(home: Path) -> tuple[Any, set[str]]:
     return test, leaked & set(test["problem_id"])
 
 
+def headroom(home: Path, arm: str, seed: int) -> dict[str, Any] | None:
+    """What an arm's ``measure`` said before RL (``<run>/headroom/``, ``curate.score.headroom``): the share of the
+    RL pool in the middle and the ceiling over it; its suspected wrong golds against the pool's planted ones (meta
+    ``waste.gold``) among the measured prompts, per reason (recall and precision); and the zero-variance forecast
+    from fresh samples against what RL met (the summary's ``zero_variance``)."""
+    import polars as pl
+
+    from curate import schema as S
+
+    folder = run_dir(home, arm, seed) / "headroom"
+    if not (folder / "headroom.json").is_file():
+        return None
+    from curate import io
+
+    said = io.read_json(folder / "headroom.json")
+    measured = set(pl.read_parquet(folder / "headroom-prompts.parquet")[S.PROBLEM_ID])
+    problems = pl.read_parquet(home / "pools" / "tiny" / "problems.parquet")
+    golds = [(w or {}).get("gold") for w in S.meta_values(problems[S.META], "waste")]
+    wrong = {p for p, g in zip(problems[S.PROBLEM_ID], golds, strict=True) if g} & measured
+    suspects = pl.read_parquet(folder / "headroom-suspects.parquet")
+    flagged = set(suspects[S.PROBLEM_ID])
+    by_reason = {}
+    for reason, ids in suspects.group_by("reason").agg(pl.col(S.PROBLEM_ID)).iter_rows():
+        by_reason[reason] = {"flagged": len(ids), "right": len(set(ids) & wrong)}
+    totals = said["totals"]
+    waste = summary(home, arm, seed).get("zero_variance") or {}
+    return {"prompts": totals["prompts"], "middle": totals["rl"] / totals["prompts"], "ceiling": totals["rl_ceiling"],
+            "wrong_golds": len(wrong), "flagged": len(flagged), "recall": len(flagged & wrong) / len(wrong) if wrong
+            else None, "precision": len(flagged & wrong) / len(flagged) if flagged else None, "by_reason": by_reason,
+            "forecast": (waste.get("forecast") or {}).get("share"), "observed": waste.get("observed")}  # fmt: skip
+
+
+def print_headroom(home: Path, seeds: list[int]) -> dict[int, Any]:
+    """``headroom`` of each curated run, printed; returned by seed."""
+    print(
+        "\n== before RL (measure's headroom report): the RL pool's middle, the ceiling over it, the suspected wrong "
+        "golds against the planted ones, the zero-variance forecast from fresh samples against what RL met"
+    )
+    out = {}
+    for seed in (s for s in seeds if finished(home, "curated", s)):
+        h = out[seed] = headroom(home, "curated", seed)
+        if not h:
+            continue
+        gap = h["observed"] - h["forecast"] if h["forecast"] is not None and h["observed"] is not None else None
+        print(f"seed {seed}: middle {h['middle']:.1%} of {h['prompts']} prompts, ceiling +{h['ceiling']:.3f}; "
+              f"{h['flagged']} suspects, {sum(r['right'] for r in h['by_reason'].values())} of them wrong golds "
+              f"(recall {h['recall'] or 0:.2f} of {h['wrong_golds']}, precision {h['precision'] or 0:.2f}; by reason "
+              f"{h['by_reason']}); zero-variance forecast {h['forecast']} vs observed {h['observed']}"
+              + (f" (off by {gap:+.3f})" if gap is not None else ""))  # fmt: skip
+    return out
+
+
 def modes(home: Path, arm: str, seed: int, step: str, test: Any, temperature: float | None = None) -> dict:
     """The share of samples that write one step per operation of the chain (finished), and the accuracy among
     those, from the evaluation's samples (``<step>.samples.parquet``)."""
@@ -463,6 +515,7 @@ def report(home: Path, seeds: list[int], cpu: dict[str, float]) -> dict[str, Any
             print(f"seed {seed}: raw {t['target']:.3f} at {t['target_rollouts']:.0f} rollouts, "
                   f"{t['target_cpu_s']:.0f} CPU-s; curated at {t['rollouts']:.0f} rollouts "
                   f"({t['rollout_ratio']:.2f}x), {t['cpu_s']:.0f} CPU-s ({t['cpu_ratio']:.2f}x)")  # fmt: skip
+    results["headroom"] = print_headroom(home, seeds)
     print("\n== modes at T=0.6: share of samples that finish the chain (one step per operation), accuracy among them")
     for key, r in rows.items():
         before, after = r.get("modes_sft") or {}, r.get("modes_end") or {}

@@ -40,8 +40,9 @@ def bench(monkeypatch):
 def _pool(home: Path) -> None:
     meta = [json.dumps({"ops": OPS[p]}) for p in TEST]
     leaks = [json.dumps({"ops": 3, "waste": {"copy": {"kind": "leak", "of": p}}}) for p in ("t0", "t1")]
-    frame = pl.DataFrame({S.PROBLEM_ID: [*TEST, "r0", "r1"], S.SPLIT: ["test"] * 6 + ["train"] * 2,
-                          S.META: meta + leaks})  # fmt: skip
+    golds = [json.dumps({"ops": 2, "waste": {"gold": {"kind": "slip", "true": "5"}}}), json.dumps({"ops": 2})] * 2
+    frame = pl.DataFrame({S.PROBLEM_ID: [*TEST, "r0", "r1", "g0", "g1", "g2", "g3"],
+                          S.SPLIT: ["test"] * 6 + ["train"] * 6, S.META: meta + leaks + golds})  # fmt: skip
     io.write_parquet(frame, home / "pools" / "tiny" / "problems.parquet")
 
 
@@ -82,7 +83,13 @@ def finished_run(home: Path, arm: str, seed: int, sft: float, end: float, rl_ste
         offset += n
     _table(run, last, rates(end - 0.1), temperature=1.0)
     notes = {}
-    if arm == "curated":
+    if arm == "curated":  # its headroom report: g0 and g2 carry wrong golds; g0 and g1 were flagged
+        io.write_json(run / "headroom" / "headroom.json", {"totals": {"prompts": 4, "rl": 1, "rl_ceiling": 0.5}})
+        io.write_parquet(
+            pl.DataFrame({S.PROBLEM_ID: ["g0", "g1", "g2", "g3"]}), run / "headroom" / "headroom-prompts.parquet"
+        )
+        io.write_parquet(pl.DataFrame({S.PROBLEM_ID: ["g0", "g1"], "reason": ["gold_vs_reference", "gold_consensus"]}),
+                         run / "headroom" / "headroom-suspects.parquet")  # fmt: skip
         timings.insert(1, {"step": "measure", "cpu_s": 30.0})
         measured = {"selection": f"tiny-rl.{run.name}"}
         notes["measure"] = [{"model": str(run / "sft" / "final"), "ledger_model": f"runs/{run.name}/sft/final",
@@ -195,6 +202,13 @@ def test_the_report_pairs_every_comparison_pools_seeds_and_finds_the_rollouts_to
     assert continued["RL - SFT continued (equal CPU)"]["per_seed"][0]["gain"] == pytest.approx(0.6 - 0.40)
     best = continued["RL - SFT continued, its best checkpoint on validation"]["per_seed"][0]["gain"]
     assert best == pytest.approx(0.6 - 0.45)
+    h = results["headroom"][0]  # before RL: the middle, the suspects against the planted golds, the forecast
+    assert (h["middle"], h["ceiling"], h["wrong_golds"], h["recall"], h["precision"]) == (0.25, 0.5, 2, 0.5, 0.5)
+    assert h["by_reason"] == {
+        "gold_vs_reference": {"flagged": 1, "right": 1},
+        "gold_consensus": {"flagged": 1, "right": 0},
+    }
+    assert (h["forecast"], h["observed"]) == (0.4, 0.375)
     for line in ("== paired differences at T=0.6", "== rollouts and CPU for curated to reach raw's final", "== modes"):
         assert line in out
     quote = bench.quote(results, [0, 1])
