@@ -81,7 +81,7 @@ def headroom_report(run: Run, rollout: Mapping[str, Any]) -> dict[str, Any]:
     rep = headroom.pool_report(run.ws, run.recipe.pool, rollout["model"], n=n, by=run.recipe.eval.by,
                                sources=rollout.get("sources"), verify_config=check)  # fmt: skip
     files = headroom.write_report(rep, run.run_dir / HEADROOM)
-    for line in headroom.lines(rep):
+    for line in headroom.lines(rep, buckets=False):
         run.echo(f"[chain] measure: headroom: {line}")
     return {"verdict": rep["verdict"], "totals": rep["totals"], "files": files}
 

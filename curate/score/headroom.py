@@ -359,15 +359,16 @@ def summary(rep: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def lines(rep: dict[str, Any]) -> list[str]:
-    """The report as plain text: the verdict, one line per band and per bucket (prompts, pass@1, pass@k, middle,
-    ceiling, where they belong), the suspects by reason. ``curate headroom`` and ``training run``'s ``measure``
-    print these."""
+def lines(rep: dict[str, Any], buckets: bool = True) -> list[str]:
+    """The report as plain text: the verdict, one line per band and (``buckets``) per pass-rate bucket (prompts,
+    pass@1, pass@k, middle, ceiling, where they belong), the suspects by reason. ``curate headroom`` prints it all,
+    ``training run``'s ``measure`` the bands (the buckets are in the run folder's ``headroom-buckets.parquet``)."""
     k = rep["k"]
     head = (f"{'':<16} {'prompts':>7} {'pass@1':>7} {f'pass@{k}':>7} {'middle':>7} {'ceiling':>8}   "
             "rl / sft / nowhere / unsolved / suspect")  # fmt: skip
     out = [rep["verdict"], f"by {rep.get('by') or 'band'}:", head]
-    for title, frame, col in (("band", rep["bands"], "band"), ("bucket", rep["buckets"], "bucket")):
+    parts = [("band", rep["bands"], "band")] + ([("bucket", rep["buckets"], "bucket")] if buckets else [])
+    for title, frame, col in parts:
         if title == "bucket":
             out += ["by pass rate:", head]
         for r in frame.to_dicts():
