@@ -88,9 +88,11 @@ def rl_records(home: Path, arm: str, seed: int) -> list[dict[str, Any]]:
     return [r for r in chain(home, arm, seed).steps if "rl_steps" in r]
 
 
-def step_cpu(summ: dict[str, Any], prefix: str) -> float:
-    """CPU seconds of the chain steps whose name starts with ``prefix`` (``training.runner`` timings)."""
-    return sum(t.get("cpu_s", 0.0) for t in summ["timings"] if t["step"].startswith(prefix))
+def step_cpu(summ: dict[str, Any], prefix: str, exact: bool = False) -> float:
+    """CPU seconds of the chain steps whose name starts with ``prefix`` (``training.runner`` timings); ``exact``:
+    the step of that name only (``rl:g`` is a prefix of its ladder's next rung, ``rl:g@n16``)."""
+    return sum(t.get("cpu_s", 0.0) for t in summ["timings"]
+               if (t["step"] == prefix if exact else t["step"].startswith(prefix)))  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------- the arms
@@ -257,22 +259,41 @@ def fmt(g: dict[str, Any] | None) -> str:
 
 
 def steps_of(home: Path, arm: str, seed: int) -> dict[str, str]:
-    """The named points of an arm: ``sft`` and ``end`` (its last model); raw also ``at40``; curated ``at10..at40``."""
-    rl = rl_records(home, arm, seed)
-    out = {"sft": "sft", "end": rl[-1]["step"] if rl else "sft"}
-    if not rl:  # a baseline: its last model (the equal-CPU point) and the checkpoint it chose on validation
-        from training.outcome import eval_path
-
-        if eval_path(run_dir(home, arm, seed), FINAL_STEP).is_file():
-            out.update(end=FINAL_STEP, best="sft")
+    """The named points of an arm: ``sft`` and ``end`` (its last model); ``atN``: the model after N RL steps (stage
+    ends, and checkpoints evaluated inside a stage: raw's ``at40``, curated's ``at10..at40``); ``groupsK``: the
+    pass's model after K of its stages (CoScale-RL's difficulty groups: the merge of the first K parallel groups,
+    or the K-th group's last rung in a sequential pass). A later parallel group's own model (``curve: false`` in
+    ``chain.json``, ``training.groups``) is not the pass's: it names no point."""
     from training.outcome import checkpoint_eval, eval_path
 
-    for r in rl:  # stage ends, and checkpoints evaluated inside a stage (eval.every)
+    rl = [r for r in rl_records(home, arm, seed) if r.get("curve", True)]
+    out = {"sft": "sft", "end": rl[-1]["step"] if rl else "sft"}
+    if not rl and eval_path(run_dir(home, arm, seed), FINAL_STEP).is_file():
+        out.update(end=FINAL_STEP, best="sft")  # a baseline: its last model (equal CPU), the one chosen on validation
+    groups: list[str] = []
+    for r in rl:  # stage ends (a merge: 0 steps of its own), and checkpoints evaluated inside a stage (eval.every)
         out[f"at{r['offset_step'] + r['rl_steps']}"] = r["step"]
+        out[group_point(r["step"], groups)] = r["step"]
         for k in range(1, r["rl_steps"]):
             if eval_path(run_dir(home, arm, seed), checkpoint_eval(r["step"], k)).is_file():
                 out[f"at{r['offset_step'] + k}"] = checkpoint_eval(r["step"], k)
     return out
+
+
+_MERGE = re.compile(r"merge:(\d+)of\d+$")
+
+
+def group_point(step: str, groups: list[str]) -> str:
+    """``groupsK`` for a pass's model at chain step ``step``: a merge of the first K parallel groups
+    (``merge:2of3``), else a stage (or a rung of it, ``rl:<stage>@n16``) whose stage is the K-th of ``groups`` (the
+    stages seen so far, in order; appended to)."""
+    m = _MERGE.search(step)
+    if m:
+        return f"groups{m.group(1)}"
+    stage = step.split("@")[0]
+    if stage not in groups:
+        groups.append(stage)
+    return f"groups{groups.index(stage) + 1}"
 
 
 def held_out(home: Path) -> tuple[Any, set[str]]:
@@ -390,7 +411,9 @@ COMPARISONS = (  # (name, arm a, point a, arm b, point b): a minus b, paired per
 def curve(home: Path, arm: str, seed: int, sft_run: str | None = None) -> list[tuple[float, float, float]]:
     """(rollouts, CPU-seconds, pass@1): the SFT model at 0, then after ``measure``'s rollouts and CPU (the same
     pass rate), then each evaluated RL point. CPU within a stage is interpolated by steps. ``sft_run``: the arm
-    whose SFT model this one starts from (``bench_methods.py``'s arms borrow one), else its own."""
+    whose SFT model this one starts from (``bench_methods.py``'s arms borrow one), else its own. In a parallel pass
+    (``training.groups``) every group's rollouts count, but a later group's own model is not a point (``curve:
+    false``); a merge spends no rollouts and is the pass's model (its CPU counts)."""
     from training.outcome import checkpoint_eval
     from training.rl import read_config
 
@@ -402,27 +425,32 @@ def curve(home: Path, arm: str, seed: int, sft_run: str | None = None) -> list[t
     pts = [(0.0, 0.0, sft), (start_rollouts, start_cpu, sft)]  # the SFT model needs no rollouts
     rollouts, cpu = start_rollouts, start_cpu
     for rec in rl_records(home, arm, seed):
-        cfg = read_config(Path(rec["stage_dir"])).rl
-        per = cfg.prompts_per_step * cfg.num_generations
-        stage_cpu = step_cpu(s, rec["step"])
-        for k in range(1, rec["rl_steps"]):  # checkpoints evaluated inside the stage (eval.every)
-            t = table(home, arm, seed, checkpoint_eval(rec["step"], k))
-            if t is not None:
-                pts.append((rollouts + k * per, cpu + stage_cpu * k / rec["rl_steps"], rate(t)))
-        rollouts, cpu = rollouts + rec["rl_steps"] * per, cpu + stage_cpu
-        pts.append((rollouts, cpu, rate(table(home, arm, seed, rec["step"]))))
+        on_curve, stage_cpu = rec.get("curve", True), step_cpu(s, rec["step"], exact=True)
+        if "stage_dir" in rec:  # an RL stage or a rung of its ladder (a merge has no stage folder, no rollouts)
+            cfg = read_config(Path(rec["stage_dir"])).rl
+            per = cfg.prompts_per_step * cfg.num_generations
+            for k in range(1, rec["rl_steps"] if on_curve else 0):  # checkpoints evaluated inside (eval.every)
+                t = table(home, arm, seed, checkpoint_eval(rec["step"], k))
+                if t is not None:
+                    pts.append((rollouts + k * per, cpu + stage_cpu * k / rec["rl_steps"], rate(t)))
+            rollouts += rec["rl_steps"] * per
+        cpu += stage_cpu
+        if on_curve:
+            pts.append((rollouts, cpu, rate(table(home, arm, seed, rec["step"]))))
     return sorted(pts)
 
 
 def to_target(
-    home: Path, seed: int, arm: str = "curated", target: str = "raw", sft_run: str | None = None
-) -> dict[str, Any] | None:
+    home: Path, seed: int, arm: str = "curated", target: str = "raw", sft_run: str | None = None,
+    target_sft: str | None = None,
+) -> dict[str, Any] | None:  # fmt: skip
     """Rollouts and CPU-seconds ``arm`` needed to reach ``target``'s final held-out pass@1 (linear between
     evaluations; a run's ``measure`` counted first), against the target's own; None if a run is missing.
-    ``sft_run``: the arm whose SFT model ``arm`` starts from, where it borrowed one (``curve``)."""
+    ``sft_run`` / ``target_sft``: the arm whose SFT model ``arm`` / ``target`` starts from, where it borrowed one
+    (``curve``)."""
     if not (finished(home, arm, seed) and finished(home, target, seed)):
         return None
-    goal, mine = curve(home, target, seed), curve(home, arm, seed, sft_run)
+    goal, mine = curve(home, target, seed, target_sft), curve(home, arm, seed, sft_run)
     out: dict[str, Any] = {"target": goal[-1][2], "target_rollouts": goal[-1][0], "target_cpu_s": goal[-1][1]}
     for (x0, c0, y0), (x1, c1, y1) in itertools.pairwise(mine):
         if y1 >= out["target"]:

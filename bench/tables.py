@@ -16,6 +16,7 @@ table                  JSON                                written by
 ``curation-headline``  ``bench/json/curation-quote.json``  ``bench_curation.py --quote`` (the demo quotes it)
 ``methods``            ``bench/json/methods.json``         ``bench_methods.py --json`` (every arm)
 ``methods-headline``   ``bench/json/methods.json``
+``claims``             ``bench/json/methods.json``         (a row per paper claim, with its verdict)
 =====================  ==================================  ==============================================
 
 A table whose JSON is not there yet says so, with the command that writes it. Figures measured before the JSON was
@@ -88,43 +89,69 @@ def curation_headline(quote: Mapping[str, Any]) -> list[str]:
 
 
 def methods(data: Mapping[str, Any]) -> list[str]:
-    """Every leave-one-out arm of ``bench_methods.py`` against the curated arm, and ScaleRL's fit."""
+    """Every leave-one-out arm of ``bench_methods.py`` against its reference arm, and ScaleRL's fit."""
     kept = [f["kept_group_frac"] for f in data.get("curated") or []]
     ref = f" (the curated arm's own: {sum(kept) / len(kept):.2f})" if kept else ""
     how = (
-        "Each arm minus the curated arm, held-out pass@1 at T = 0.6, paired, pooled over the seeds; kept groups: "
-        f"the share of RL groups that were not all-equal{ref}."
+        "Each arm minus its reference arm, held-out pass@1 at T = 0.6, paired, pooled over the seeds; early: after "
+        "10 RL steps unless named; kept groups: the share of RL groups that were not all-equal" + ref + "."
     )
-    head = "| method or stage | arm (what replaces it) | end | early | per seed, end | kept groups |"
-    lines = [_measured(data), "", how, "", head, "|---|---|---:|---:|---|---:|"]
+    head = "| method or stage | arm (what replaces it) | against | end | early | per seed, end | kept groups |"
+    lines = [_measured(data), "", how, "", head, "|---|---|---|---:|---:|---|---:|"]
     for arm, r in data["arms"].items():
         figs = [f for f in r["per_seed"].values() if f.get("kept_group_frac") is not None]
         kept_arm = f"{sum(f['kept_group_frac'] for f in figs) / len(figs):.2f}" if figs else ""
-        what = r.get("what", arm)
+        early = r["early"]
+        named = f" ({early['label']})" if early.get("pooled") and early.get("at") not in (None, "at10") else ""
         lines.append(
-            f"| {r['claim']} | {what} (`{arm}`) | {_pm(r['end']['pooled'])} | "
-            f"{_pm(r['early']['pooled'], seeds=False)} | {_per_seed(r['end']['per_seed'])} | {kept_arm} |"
+            f"| {r['claim']} | {r.get('what', arm)} (`{arm}`) | `{r.get('versus', 'curated')}` | "
+            f"{_pm(r['end']['pooled'])} | {_pm(early['pooled'], seeds=False)}{named} | "
+            f"{_per_seed(r['end']['per_seed'])} | {kept_arm} |"
         )
         for part in ("leaked", "clean"):
             if part in r:
-                lines.append(f"| | the same run, the {part} test problems only | {_pm(r[part]['pooled'])} | | "
+                lines.append(f"| | the same run, the {part} test problems only | | {_pm(r[part]['pooled'])} | | "
                              f"{_per_seed(r[part]['per_seed'])} | |")  # fmt: skip
     fits = [f for f in data.get("fit") or [] if "prediction" in f]
     if fits:
         errors = ", ".join(f"{f['error']:+.3f}" for f in fits)
         flat = ", ".join(f"{f['flat_error']:+.3f}" for f in fits)
-        lines.append(f"| ScaleRL's fit | fitted on the first half of the curated curve | error against the end: "
+        lines.append(f"| ScaleRL's fit | fitted on the first half of the curated curve | | error against the end: "
                      f"{errors} | | \"no further gain\": {flat} | |")  # fmt: skip
     return lines
 
 
+def claims(data: Mapping[str, Any]) -> list[str]:
+    """A row per paper claim (``bench_methods.CLAIMS``): the paper's number, ours at the end and early with both
+    SEs, and the verdict ``bench_methods.verdict`` gave, with its reasons; a row without its measurement says why."""
+    if "claims" not in data:
+        return [_measured(data), "", "_This report has no claims table: `python bench/bench_methods.py "
+                "--report-only --json bench/json/methods.json`, then `python bench/tables.py`._"]  # fmt: skip
+    how = (
+        "Ours: the method minus its absence, held-out pass@1 at T = 0.6, paired on the same problems per seed and "
+        "pooled: ± the problems' paired SE (seeds ± the seed-to-seed SE). The verdict's rule "
+        "(`bench_methods.verdict`): a difference is real when |z| >= 2 on the paired SE and every seed has its "
+        "sign; a claim that the method is better reproduces when the difference is real and positive."
+    )
+    head = "| claim | the paper (METHODS.md) | our test | ours, end | ours, early | verdict | why |"
+    lines = [_measured(data), "", how, "", head, "|---|---|---|---:|---:|---|---|"]
+    for r in data["claims"]:
+        ours = _pm(r.get("end")) if r.get("end") else ("not measured: " + r["why"] if r["verdict"] == "not measured"
+                                                        else "-")  # fmt: skip
+        early = f"{_pm(r['early'])} ({r['early_label']})" if r.get("early") else "-"
+        why = "; ".join(x for x in (r["why"] if r.get("end") else "", r["reason"]) if x)
+        lines.append(f"| {r['claim']} | {r['paper']} | {r['test']} | {ours} | {early} | {r['verdict']} | {why} |")
+    return lines
+
+
 def methods_headline(data: Mapping[str, Any]) -> list[str]:
-    """One line for README.md: each arm's end difference against the curated arm."""
+    """One line for README.md: each arm's end difference against its reference arm."""
     arms = data["arms"].items()
-    parts = "; ".join(f"{r['claim']} (`{arm}`) {_pm(r['end']['pooled'], seeds=False)}" for arm, r in arms)
+    parts = "; ".join(f"{r['claim']} (`{arm}` - `{r.get('versus', 'curated')}`) "
+                      f"{_pm(r['end']['pooled'], seeds=False)}" for arm, r in arms)  # fmt: skip
     m = data.get("measured") or {}
     return [f"**What each method buys** (`{m.get('command', 'bench_methods.py')}`, {m.get('date', '?')}; each part "
-            f"left out, end minus the curated arm, paired): {parts}. Every arm: "
+            f"left out, end minus its reference arm, paired): {parts}. Every arm: "
             "[bench/README.md](bench/README.md#bench_methodspy)."]  # fmt: skip
 
 
@@ -136,6 +163,7 @@ TABLES: dict[str, tuple[str, Callable[[Any], list[str]], str]] = {
     "methods": ("methods.json", methods, "python bench/bench_methods.py --seeds 0 1 2 --json bench/json/methods.json"),
     "methods-headline": ("methods.json", methods_headline,
                          "python bench/bench_methods.py --seeds 0 1 2 --json bench/json/methods.json"),
+    "claims": ("methods.json", claims, "python bench/bench_methods.py --seeds 0 1 2 --json bench/json/methods.json"),
 }  # fmt: skip
 
 
