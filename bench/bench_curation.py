@@ -560,15 +560,18 @@ def measured_at(argv: list[str]) -> dict[str, Any]:
             "commit": commit.stdout.strip() or None, "load": round(os.getloadavg()[0], 1)}  # fmt: skip
 
 
-def quote(results: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
-    """What ``./scripts/demo`` prints after its run: each seed's raw and curated figures (T = 0.6) and the pooled
-    comparisons, with the date and the command that measured them."""
+def quote(results: dict[str, Any], seeds: list[int], arms: list[str] = list(ARMS)) -> dict[str, Any]:
+    """What ``./scripts/demo`` prints after its run: each seed's figures per arm that ran (T = 0.6) and the pooled
+    comparisons, with the date and the command that measured them (``--arms`` in it where not every arm ran)."""
     runs = results["runs"]
     per_seed = {arm: {s: {p: runs[f"{arm}-seed{s}"].get(f"{p}@0.6") for p in ("sft", "end")}
                       for s in seeds if f"{arm}-seed{s}" in runs} for arm in ARMS}  # fmt: skip
     quoted = [name for name, *_ in COMPARISONS if name.startswith(("curated - raw", "curated RL", "RL - "))]
     pooled = {name: g for name in quoted if (g := results["comparisons@T=0.6"][name]["pooled"])}
     command = "python bench/bench_curation.py --seeds " + " ".join(map(str, seeds))
+    if sorted(arms) != sorted(ARMS):
+        command += " --arms " + " ".join(a for a in ARMS if a in arms)
+    per_seed = {arm: figures for arm, figures in per_seed.items() if figures}
     return {"date": time.strftime("%Y-%m-%d"), "command": command, "test": results["test"], "per_seed": per_seed,
             "pooled": pooled}  # fmt: skip
 
@@ -607,7 +610,7 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
     if args.quote:
-        Path(args.quote).write_text(json.dumps(quote(results, args.seeds), indent=1) + "\n")
+        Path(args.quote).write_text(json.dumps(quote(results, args.seeds, args.arms), indent=1) + "\n")
 
 
 if __name__ == "__main__":

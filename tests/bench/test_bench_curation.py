@@ -214,3 +214,6 @@ def test_the_report_pairs_every_comparison_pools_seeds_and_finds_the_rollouts_to
     quote = bench.quote(results, [0, 1])
     assert quote["per_seed"]["raw"][1] == {"sft": pytest.approx(0.32), "end": pytest.approx(0.47)}
     assert "curated - raw, equal RL steps" in quote["pooled"]
+    assert "--arms" not in quote["command"]
+    part = bench.quote(results, [0, 1], ["curated", "sftmore"])  # a grid cut to some arms says so in its command
+    assert part["command"].endswith("--seeds 0 1 --arms curated sftmore") and set(part["per_seed"]) <= set(bench.ARMS)
