@@ -50,6 +50,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -560,7 +561,7 @@ def measured_at(argv: list[str]) -> dict[str, Any]:
             "commit": commit.stdout.strip() or None, "load": round(os.getloadavg()[0], 1)}  # fmt: skip
 
 
-def quote(results: dict[str, Any], seeds: list[int], arms: list[str] = list(ARMS)) -> dict[str, Any]:
+def quote(results: dict[str, Any], seeds: list[int], arms: Sequence[str] = ARMS) -> dict[str, Any]:
     """What ``./scripts/demo`` prints after its run: each seed's figures per arm that ran (T = 0.6) and the pooled
     comparisons, with the date and the command that measured them (``--arms`` in it where not every arm ran)."""
     runs = results["runs"]
