@@ -49,8 +49,8 @@ import shlex
 import subprocess
 import sys
 import time
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 
