@@ -102,8 +102,12 @@ def baseline_steps(home: Path, seed: int) -> int:
     from training.sft import read_metrics
 
     s = summary(home, "curated", seed)
-    sft_steps = read_metrics(run_dir(home, "curated", seed) / "sft")["steps"]
-    return max(1, round(step_cpu(s, "rl:") / (step_cpu(s, "sft") / sft_steps)))
+    metrics = read_metrics(run_dir(home, "curated", seed) / "sft")
+    sft_cpu = step_cpu(s, "sft", exact=True)
+    if not sft_cpu:  # a run resumed by code older than training.runner.add_timing: its summary lost the SFT step's
+        sft_cpu = metrics["wall_s"]  # CPU; the training loop's wall time (one thread, at least its CPU) stands in
+        print(f"    curated seed {seed}: its summary has no CPU for sft (resumed); SFT's training wall time stands in")
+    return max(1, round(step_cpu(s, "rl:") / (sft_cpu / metrics["steps"])))
 
 
 def sft_model(home: Path, arm: str, seed: int) -> str:

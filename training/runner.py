@@ -402,13 +402,27 @@ def run_chain(
     run folder's lock and the workspace's (``--lock-timeout``; None: ``$CURATE_LOCK_TIMEOUT``, else 600).
     ``timings`` in the summary: per step, ``wall_s`` inside the step function, ``call_s`` around ``call`` (the
     difference is the caller's overhead) and ``cpu_s``, the CPU it took (``cpu_seconds``; under the Prefect flow,
-    what this process and its children took).
+    what this process and its children took), each summed over every invocation of the run (``add_timing``).
     """
     check_launch(recipe)
     run = open_run(recipe, home, out, echo)
     if lock_timeout is not None:  # curation and ``measure`` take the workspace's locks with it too
         run = dataclasses.replace(run, ws=dataclasses.replace(run.ws, lock_timeout=lock_timeout))
     return run_opened(run, call=call, curate=curate, lock_timeout=lock_timeout)
+
+
+def add_timing(run: Run, name: str, now: dict[str, float]) -> dict[str, Any]:
+    """A step's cost over every invocation of the run: this one's ``wall_s``, ``call_s`` and ``cpu_s`` added to what
+    the chain's ``timings`` note holds for the step, and written back. A resumed run's summary then says what its
+    steps cost in all (a step done in an earlier invocation adds ~0 here), where it once said 0 for every step done
+    before the resume (bench_curation's equal-CPU baselines divided by that 0). A step killed before it ended adds
+    nothing: its CPU up to the kill is not counted."""
+    chain = run.chain()
+    before = chain.note("timings", name) or {}
+    total = {k: round(float(before.get(k, 0.0)) + v, 3 if k != "cpu_s" else 1) for k, v in now.items()}
+    total["invocations"] = int(before.get("invocations", 0)) + 1
+    chain.note("timings", name, total)
+    return total
 
 
 def run_opened(
@@ -494,9 +508,8 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
         t0, c0 = time.perf_counter(), cpu_seconds()
         with status_file(run.run_dir / RUNNING, step=name):  # what ``training show`` says while it runs
             result = call(name, timed, *args)
-        timings.append({"step": name, "wall_s": round(inner.get("wall_s", 0.0), 3),
-                        "call_s": round(time.perf_counter() - t0, 3),
-                        "cpu_s": round(cpu_seconds() - c0, 1)})  # fmt: skip
+        now = {"wall_s": inner.get("wall_s", 0.0), "call_s": time.perf_counter() - t0, "cpu_s": cpu_seconds() - c0}
+        timings.append({"step": name, **add_timing(run, name, now)})
         return result
 
     # 1. curation (a damaged starting model fails first)

@@ -184,6 +184,10 @@ def test_chain_runs_sft_then_two_stages_with_growing_context_and_hands_the_model
     # Re-running the same command trains nothing again.
     again = run_chain(recipe, home=home, echo=lambda s: None)
     assert [s["step"] for s in again["steps"]] == steps
+    cost = {t["step"]: t for t in again["timings"]}  # and its summary still says what each step cost in all
+    first = {t["step"]: t["cpu_s"] for t in summary["timings"]}
+    assert cost["sft"]["invocations"] == 2 and cost["sft"]["cpu_s"] >= first["sft"] > 0
+    assert sum(t["cpu_s"] for t in cost.values()) >= sum(first.values())
     # Another run of the same recipe in the same workspace (--out): its own ledger model, and the first run's
     # pinned inputs (what its cards recorded) keep their content hashes.
     from curate import io
