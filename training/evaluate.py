@@ -359,10 +359,19 @@ def groups(problems: pl.DataFrame, by: str) -> pl.DataFrame:
     return pl.DataFrame({S.PROBLEM_ID: problems[S.PROBLEM_ID], "group": [str(v) for v in values]})
 
 
+def group_order(group: str) -> tuple[int, float, str]:
+    """Sort key of a breakdown's groups: numbers by value (chain lengths 3, 4, ..., 10, not "10" before "3"), then
+    the rest by name."""
+    try:
+        return (0, float(group), group)
+    except ValueError:
+        return (1, 0.0, group)
+
+
 def paired_gain_by(after: pl.DataFrame, before: pl.DataFrame, grouping: pl.DataFrame) -> dict[str, dict[str, Any]]:
     """``paired_gain`` within each group of ``grouping`` (groups with fewer than 2 problems left out)."""
     out = {}
-    for group in sorted(set(grouping["group"].to_list())):
+    for group in sorted(set(grouping["group"].to_list()), key=group_order):
         ids = grouping.filter(pl.col("group") == group).select(S.PROBLEM_ID)
         a, b = after.join(ids, on=S.PROBLEM_ID, how="semi"), before.join(ids, on=S.PROBLEM_ID, how="semi")
         try:

@@ -192,13 +192,14 @@ def test_paired_gain_per_group_of_problems():
     from training.evaluate import groups, paired_gain_by
 
     problems = pl.DataFrame({"problem_id": ["a", "b", "c", "d"], "level": [1, 1, 2, 2],
-                             "meta": [json.dumps({"ops": n}) for n in (2, 2, 4, 4)]})  # fmt: skip
+                             "meta": [json.dumps({"ops": n}) for n in (2, 2, 10, 10)]})  # fmt: skip
     by_ops = groups(problems, "meta.ops")
-    assert by_ops["group"].to_list() == ["2", "2", "4", "4"] and groups(problems, "level")["group"][2] == "2"
+    assert by_ops["group"].to_list() == ["2", "2", "10", "10"] and groups(problems, "level")["group"][2] == "2"
     before = pl.DataFrame({"problem_id": list("abcd"), "mean": [0.5, 0.25, 0.0, 0.25], "scored": [True] * 4})
     after = before.with_columns(pl.col("mean") + pl.Series([0.5, 0.5, 0.25, 0.25]))
     gains = paired_gain_by(after, before, by_ops)
-    assert gains["2"]["gain"] == pytest.approx(0.5) and gains["4"]["gain"] == pytest.approx(0.25)
+    assert gains["2"]["gain"] == pytest.approx(0.5) and gains["10"]["gain"] == pytest.approx(0.25)
+    assert list(gains) == ["2", "10"]  # chain lengths in numeric order, as the chain prints them
     assert gains["2"]["n_problems"] == 2
     with pytest.raises(ValueError, match=r"meta\.nope"):
         groups(problems, "meta.nope")
