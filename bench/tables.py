@@ -13,6 +13,7 @@ and is rendered from a JSON file the benchmark wrote into ``bench/json/``:
 table                  JSON                                written by
 =====================  ==================================  ==============================================
 ``curation``           ``bench/json/curation.json``        ``bench_curation.py --json`` (every comparison)
+``curation-headroom``  ``bench/json/curation.json``        (before RL: middle, ceiling, suspects, forecast)
 ``curation-headline``  ``bench/json/curation-quote.json``  ``bench_curation.py --quote`` (the demo quotes it)
 ``methods``            ``bench/json/methods.json``         ``bench_methods.py --json`` (every arm)
 ``methods-headline``   ``bench/json/methods.json``
@@ -73,9 +74,34 @@ def curation(data: Mapping[str, Any]) -> list[str]:
     lines = [_measured(data), "", how, "", "| comparison | T = 0.6, pooled | T = 1.0, pooled | per seed, T = 0.6 |",
              "|---|---:|---:|---|"]  # fmt: skip
     for name, c in low.items():
+        if not c["per_seed"]:
+            lines.append(f"| {name} | not run in this grid | | |")
+            continue
         other = (high.get(name) or {}).get("pooled")
         lines.append(f"| {name} | {_pm(c['pooled'])} | {_pm(other) if other else 'not evaluated'} | "
                      f"{_per_seed(c['per_seed'])} |")  # fmt: skip
+    return lines
+
+
+def curation_headroom(data: Mapping[str, Any]) -> list[str]:
+    """Per seed, what the curated run knew before RL: its SFT model (chosen on validation) on the test split, the RL
+    pool's middle and ceiling, the suspected wrong golds against the planted ones, the zero-variance forecast from
+    fresh samples against what RL met (``bench_curation.headroom``)."""
+    lines = [_measured(data), "", "| seed | SFT held-out pass@1 (T = 0.6) | RL pool in the middle | ceiling over it "
+             "(pass@8 - pass@1) | suspects: wrong golds / flagged (recall of the planted) | zero-variance forecast "
+             "| observed | off by |", "|---:|---:|---:|---:|---|---:|---:|---:|"]  # fmt: skip
+    for seed, h in (data.get("headroom") or {}).items():
+        if not h:
+            continue
+        sft = (data["runs"].get(f"curated-seed{seed}") or {}).get("sft@0.6")
+        right = sum(r["right"] for r in h["by_reason"].values())
+        reasons = ", ".join(f"{k} {r['right']}/{r['flagged']}" for k, r in sorted(h["by_reason"].items()))
+        fc, seen = h.get("forecast"), h.get("observed")
+        off = f"{seen - fc:+.3f}" if fc is not None and seen is not None else "-"
+        fc_txt, seen_txt = (f"{x:.3f}" if x is not None else "-" for x in (fc, seen))
+        lines.append(f"| {seed} | {sft:.3f} | {h['middle']:.1%} of {h['prompts']} | +{h['ceiling']:.3f} | {right}/"
+                     f"{h['flagged']} ({reasons}; recall {h['recall'] or 0:.2f} of {h['wrong_golds']}) | "
+                     f"{fc_txt} | {seen_txt} | {off} |")  # fmt: skip
     return lines
 
 
@@ -158,6 +184,8 @@ def methods_headline(data: Mapping[str, Any]) -> list[str]:
 # name -> (JSON file in bench/json/, renderer, the command that writes the JSON)
 TABLES: dict[str, tuple[str, Callable[[Any], list[str]], str]] = {
     "curation": ("curation.json", curation, f"python bench/bench_curation.py {SEEDS} --json bench/json/curation.json"),
+    "curation-headroom": ("curation.json", curation_headroom,
+                          f"python bench/bench_curation.py {SEEDS} --json bench/json/curation.json"),
     "curation-headline": ("curation-quote.json", curation_headline,
                           f"python bench/bench_curation.py {SEEDS} --quote bench/json/curation-quote.json"),
     "methods": ("methods.json", methods, "python bench/bench_methods.py --seeds 0 1 2 --json bench/json/methods.json"),
