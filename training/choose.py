@@ -44,6 +44,24 @@ def best_point(points: list[dict[str, Any]]) -> dict[str, Any]:
     return max(points, key=lambda p: (p["pass_at_1"], p["step"]))
 
 
+def still_rising(points: list[dict[str, Any]], every: int) -> dict[str, Any] | None:
+    """The point ``every`` or more steps before the last, when the last point is the best and the last three points
+    (a checkpoint a few steps before the final one left out) rise one after another: validation was still rising
+    when SFT stopped, so the chosen model is the best seen, not an optimum (a continued-SFT baseline will gain on
+    it). None otherwise.
+
+    >>> pts = [{"step": 500, "pass_at_1": 0.5}, {"step": 1000, "pass_at_1": 0.55}, {"step": 1500, "pass_at_1": 0.6}]
+    >>> still_rising(pts, 500)["step"], still_rising(pts[1:], 500), still_rising([*pts, {**pts[1], "step": 2000}], 500)
+    (1000, None, None)
+    """
+    last = points[-1]
+    earlier = [p for p in points if p["step"] <= last["step"] - every][-2:]
+    if len(earlier) < 2 or best_point(points)["step"] != last["step"]:
+        return None
+    rates = [p["pass_at_1"] for p in (*earlier, last)]
+    return earlier[-1] if rates[0] < rates[1] < rates[2] else None
+
+
 def _evaluate_points(run: Run, out_dir: Path) -> list[dict[str, Any]]:
     """Validation pass@1 of every kept checkpoint and of the final model (its step: the run's last)."""
     from training.evaluate import evaluate, heldout_problems
@@ -109,6 +127,13 @@ def choose_sft(run: Run, state: ChainState, out_dir: Path) -> ChainState:
                  f"the {sec.reference:.3f} its recipe's settings reached when they were chosen (band {sec.band}): "
                  "this seed, on this machine, landed outside the recipe's band, and what follows will not match "
                  "its figures")  # fmt: skip
+    rising = still_rising(record["points"], sec.every)
+    if rising is not None:
+        run.echo(
+            f"[chain] warning: {choice['split']} pass@1 was still rising at the last step ({rising['step']}: "
+            f"{rising['pass_at_1']:.3f}, {choice['steps']}: {choice['pass_at_1']:.3f}): the SFT model is the "
+            "best seen, not an optimum; more sft.max_steps may pay, and continued SFT will gain on it"
+        )
     model = str(out_dir / BEST)
     pending = {**(state.pending or {}), "model": model}
     return dataclasses.replace(state, model=model, pending=pending if state.pending else None)
