@@ -19,6 +19,9 @@ solved. Per seed, from the same from-scratch model (``training init-tiny`` with 
 4. ``rft``: rejection-sampling fine-tuning: the curated SFT model fine-tuned on its own samples that the checker
    verified, the very rollouts ``measure`` drew on the RL pool's selected prompts (``datasets/tiny/rft.yaml``), for
    the same CPU-seconds; reported as ``sftmore`` is.
+5. ``rlopt``: RL from SFT at its plateau: the curated recipe's ``measure`` and RL, started from ``sftmore``'s model
+   chosen on validation (where continued SFT flattened out) instead of the curated SFT model. Its headroom report
+   says what RL has left once SFT is done, and its end against its start is RL's gain there.
 
 Reported per seed and pooled over seeds (the mean of per-seed paired differences, SE = sqrt(sum of variances) / n):
 held-out pass@1 (300 test problems x k = 4) at T = 0.6 and at the rollouts' T = 1.0; curated minus raw at equal RL
@@ -58,7 +61,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CURATED, RAW = "training/recipes/tiny/fastcurl.yaml", "training/recipes/tiny/raw.yaml"
 RFT_RECIPE = "datasets/tiny/rft.yaml"
 NO_SAMPLES = 3  # the rft arm's exit code when the SFT model has no verified sample to fine-tune on
-ARMS = ("curated", "raw", "sftmore", "rft")
+ARMS = ("curated", "raw", "sftmore", "rft", "rlopt")
+START = {"rlopt": "sftmore"}  # an arm that starts from another arm's chosen SFT model (its "sft" point is that one)
 BASELINE_LR = 5.0e-4  # continuing SFT from a trained model: a quarter of the first SFT's peak (validation: README)
 _STEP = re.compile(r"^(Add|Subtract|Multiply by) \$", re.MULTILINE)
 
@@ -161,6 +165,9 @@ def commands(arm: str, home: Path, seed: int) -> list[list[str]]:
         return [[*py, "training.cli", "run", "--recipe", CURATED, *out, "--set", "eval.every=5"]]
     if arm == "raw":
         return [[*py, "training.cli", "run", "--recipe", RAW, *out]]
+    if arm in START:  # the curated recipe's measure and RL from another arm's chosen SFT model
+        sets = [f"model={sft_model(home, START[arm], seed)}", "sft=null", f"name=tiny-{arm}"]
+        return [[*py, "training.cli", "run", "--recipe", CURATED, *out, *(x for s in sets for x in ("--set", s))]]
     base = run_dir(home, "curated", seed)
     data = str(base / "data" / "sft.parquet")
     cmds = []
@@ -205,7 +212,7 @@ def run_all(home: Path, arms: list[str], seeds: list[int], jobs: int) -> dict[st
     running: dict[int, tuple[str, int, float, subprocess.Popen]] = {}
     cpu: dict[str, float] = {}
     while todo or running:
-        ready = [(a, s) for a, s in todo if a in ("curated", "raw") or finished(home, "curated", s)]
+        ready = [(a, s) for a, s in todo if a in ("curated", "raw") or finished(home, START.get(a, "curated"), s)]
         while ready and len(running) < jobs:
             a, s = ready.pop(0)
             todo.remove((a, s))
@@ -347,23 +354,27 @@ def headroom(home: Path, arm: str, seed: int) -> dict[str, Any] | None:
             "forecast": (waste.get("forecast") or {}).get("share"), "observed": waste.get("observed")}  # fmt: skip
 
 
-def print_headroom(home: Path, seeds: list[int]) -> dict[int, Any]:
-    """``headroom`` of each curated run, printed; returned by seed."""
+def print_headroom(home: Path, seeds: list[int]) -> dict[str, Any]:
+    """``headroom`` of each run that measured its start before RL (``curated``, ``rlopt``), printed; returned by run
+    (``curated-seed0``), each with ``start``: its starting SFT model's held-out pass@1 (T = 0.6)."""
     print(
         "\n== before RL (measure's headroom report): the RL pool's middle, the ceiling over it, the suspected wrong "
         "golds against the planted ones, the zero-variance forecast from fresh samples against what RL met"
     )
-    out = {}
-    for seed in (s for s in seeds if finished(home, "curated", s)):
-        h = out[seed] = headroom(home, "curated", seed)
+    out: dict[str, Any] = {}
+    for arm, seed in ((a, s) for a in ("curated", "rlopt") for s in seeds if finished(home, a, s)):
+        h = headroom(home, arm, seed)
         if not h:
             continue
+        src = START.get(arm, arm)
+        out[f"{arm}-seed{seed}"] = h = {**h, "start": rate(table(home, src, seed, steps_of(home, src, seed)["sft"]))}
         gap = h["observed"] - h["forecast"] if h["forecast"] is not None and h["observed"] is not None else None
-        print(f"seed {seed}: middle {h['middle']:.1%} of {h['prompts']} prompts, ceiling +{h['ceiling']:.3f}; "
-              f"{h['flagged']} suspects, {sum(r['right'] for r in h['by_reason'].values())} of them wrong golds "
-              f"(recall {h['recall'] or 0:.2f} of {h['wrong_golds']}, precision {h['precision'] or 0:.2f}; by reason "
-              f"{h['by_reason']}); zero-variance forecast {h['forecast']} vs observed {h['observed']}"
-              + (f" (off by {gap:+.3f})" if gap is not None else ""))  # fmt: skip
+        right = sum(r["right"] for r in h["by_reason"].values())
+        print(f"{arm} seed {seed}: start {h['start']:.3f}; middle {h['middle']:.1%} of {h['prompts']} prompts, "
+              f"ceiling +{h['ceiling']:.3f}; {h['flagged']} suspects, {right} of them wrong golds (recall "
+              f"{h['recall'] or 0:.2f} of {h['wrong_golds']}, precision {h['precision'] or 0:.2f}; by reason "
+              f"{h['by_reason']}); zero-variance forecast {h['forecast']} vs "
+              f"observed {h['observed']}" + (f" (off by {gap:+.3f})" if gap is not None else ""))  # fmt: skip
     return out
 
 
@@ -410,6 +421,7 @@ COMPARISONS = (  # (name, arm a, point a, arm b, point b): a minus b, paired per
     ("RL - rejection-sampling FT, its best checkpoint on validation", "curated", "end", "rft", "best"),
     ("SFT continued - its SFT", "sftmore", "end", "curated", "sft"),
     ("rejection-sampling FT - its SFT", "rft", "end", "curated", "sft"),
+    ("RL from SFT's plateau - its start (SFT continued, chosen on validation)", "rlopt", "end", "sftmore", "best"),
 )
 
 
@@ -472,12 +484,14 @@ def arm_row(home: Path, arm: str, seed: int, test: Any) -> dict[str, Any]:
     s = summary(home, arm, seed)
     names = steps_of(home, arm, seed)
     row: dict[str, Any] = {"steps": names, "cpu_s": round(sum(t.get("cpu_s", 0.0) for t in s["timings"]), 1)}
-    for point in ("sft", "end"):
+    for point in ("sft", "end"):  # an arm started from another's chosen SFT model: that model is its "sft"
+        src = START.get(arm, arm) if point == "sft" else arm
+        step = (names if src == arm else steps_of(home, src, seed))[point]
         for temp in (None, 1.0):
-            t = table(home, arm, seed, names[point], temp)
+            t = table(home, src, seed, step, temp)
             if t is not None:
                 row[f"{point}@{temp or 0.6:g}"] = rate(t)
-        row[f"modes_{point}"] = modes(home, arm, seed, names[point], test)
+        row[f"modes_{point}"] = modes(home, src, seed, step, test)
     row["zero_variance"] = s.get("zero_variance")
     return row
 
@@ -571,7 +585,7 @@ def quote(results: dict[str, Any], seeds: list[int], arms: Sequence[str] = ARMS)
     runs = results["runs"]
     per_seed = {arm: {s: {p: runs[f"{arm}-seed{s}"].get(f"{p}@0.6") for p in ("sft", "end")}
                       for s in seeds if f"{arm}-seed{s}" in runs} for arm in ARMS}  # fmt: skip
-    quoted = [name for name, *_ in COMPARISONS if name.startswith(("curated - raw", "curated RL", "RL - "))]
+    quoted = [name for name, *_ in COMPARISONS if name.startswith(("curated - raw", "curated RL", "RL - ", "RL from"))]
     pooled = {name: g for name in quoted if (g := results["comparisons@T=0.6"][name]["pooled"])}
     command = "python bench/bench_curation.py --seeds " + " ".join(map(str, seeds))
     if sorted(arms) != sorted(ARMS):

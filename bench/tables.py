@@ -84,23 +84,22 @@ def curation(data: Mapping[str, Any]) -> list[str]:
 
 
 def curation_headroom(data: Mapping[str, Any]) -> list[str]:
-    """Per seed, what the curated run knew before RL: its SFT model (chosen on validation) on the test split, the RL
-    pool's middle and ceiling, the suspected wrong golds against the planted ones, the zero-variance forecast from
-    fresh samples against what RL met (``bench_curation.headroom``)."""
-    lines = [_measured(data), "", "| seed | SFT held-out pass@1 (T = 0.6) | RL pool in the middle | ceiling over it "
-             "(pass@8 - pass@1) | suspects: wrong golds / flagged (recall of the planted) | zero-variance forecast "
-             "| observed | off by |", "|---:|---:|---:|---:|---|---:|---:|---:|"]  # fmt: skip
-    for seed, h in (data.get("headroom") or {}).items():
+    """Per run that measured its start before RL (``curated``; ``rlopt``, from SFT at its plateau): that starting
+    model on the test split, the RL pool's middle and ceiling, the suspected wrong golds against the planted ones,
+    the zero-variance forecast from fresh samples against what RL met (``bench_curation.print_headroom``)."""
+    lines = [_measured(data), "", "| run | its start, held-out pass@1 (T = 0.6) | RL pool in the middle | ceiling "
+             "over it (pass@8 - pass@1) | suspects: wrong golds / flagged (recall of the planted) | zero-variance "
+             "forecast | observed | off by |", "|---|---:|---:|---:|---|---:|---:|---:|"]  # fmt: skip
+    for run, h in (data.get("headroom") or {}).items():
         if not h:
             continue
-        sft = (data["runs"].get(f"curated-seed{seed}") or {}).get("sft@0.6")
         right = sum(r["right"] for r in h["by_reason"].values())
         reasons = ", ".join(f"{k} {r['right']}/{r['flagged']}" for k, r in sorted(h["by_reason"].items()))
         fc, seen = h.get("forecast"), h.get("observed")
         off = f"{seen - fc:+.3f}" if fc is not None and seen is not None else "-"
         fc_txt, seen_txt = (f"{x:.3f}" if x is not None else "-" for x in (fc, seen))
-        lines.append(f"| {seed} | {sft:.3f} | {h['middle']:.1%} of {h['prompts']} | +{h['ceiling']:.3f} | {right}/"
-                     f"{h['flagged']} ({reasons}; recall {h['recall'] or 0:.2f} of {h['wrong_golds']}) | "
+        lines.append(f"| {run} | {h['start']:.3f} | {h['middle']:.1%} of {h['prompts']} | +{h['ceiling']:.3f} | "
+                     f"{right}/{h['flagged']} ({reasons}; recall {h['recall'] or 0:.2f} of {h['wrong_golds']}) | "
                      f"{fc_txt} | {seen_txt} | {off} |")  # fmt: skip
     return lines
 

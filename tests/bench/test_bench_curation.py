@@ -106,6 +106,7 @@ ARMS = {  # (sft, end, RL stages): curated RL gains 0.2 over 4 steps, raw 0.15 o
     "raw": (0.30, 0.45, (6,)),
     "sftmore": (0.45, 0.45, ()),
     "rft": (0.42, 0.42, ()),
+    "rlopt": (0.45, 0.50, (2, 2)),  # RL from sftmore's chosen model (0.45): +0.05
 }
 
 
@@ -132,6 +133,10 @@ def test_each_arm_runs_what_a_user_types(bench, tmp_path):
     assert "solutions.models=[runs/curated-seed3/sft/final]" in make  # the ledger's name for the measured model
     assert "solutions.selection=tiny-rl.curated-seed3" in make and f"{bench.NO_SAMPLES})" in check[-1]
     assert f"sft.data={home / 'solutions/rft-seed3/sft.parquet'}" in train
+    finished_run(home, "sftmore", 3, *ARMS["sftmore"])
+    (rlopt,) = bench.commands("rlopt", home, 3)  # the curated recipe's measure and RL from sftmore's chosen model
+    assert rlopt[5] == bench.CURATED and f"model={home / 'runs/sftmore-seed3/sft/best'}" in rlopt
+    assert "sft=null" in rlopt and "eval.every=5" not in rlopt
 
 
 def test_baselines_wait_for_their_curated_run_and_a_failed_one_drops_them(bench, tmp_path, monkeypatch, capsys):
@@ -145,8 +150,9 @@ def test_baselines_wait_for_their_curated_run_and_a_failed_one_drops_them(bench,
         import subprocess
 
         done = {"sftmore": True, "rft": False}.get(arm, True) and not (arm == "curated" and seed == 1)
-        if arm in ("sftmore", "rft"):
-            assert bench.finished(home_, "curated", seed), f"{arm} of seed {seed} started before curated finished"
+        if arm in ("sftmore", "rft", "rlopt"):
+            after = bench.START.get(arm, "curated")
+            assert bench.finished(home_, after, seed), f"{arm} of seed {seed} started before {after} finished"
         started.append(f"{arm}-seed{seed}")
         if done:
             finished_run(home_, arm, seed, *ARMS[arm])
@@ -157,7 +163,7 @@ def test_baselines_wait_for_their_curated_run_and_a_failed_one_drops_them(bench,
     cpu = bench.run_all(home, list(bench.ARMS), [0, 1], jobs=2)
     out = capsys.readouterr().out
     assert sorted(started) == ["curated-seed0", "curated-seed1", "raw-seed0", "raw-seed1", "rft-seed0",
-                               "sftmore-seed0"]  # fmt: skip
+                               "rlopt-seed0", "sftmore-seed0"]  # fmt: skip
     assert set(cpu) == set(started) and all(c >= 0 for c in cpu.values())
     assert "no verified sample on the RL prompts" in out and "see " in out and "curated-seed1.log" in out
     assert set(bench.run_all(home, list(bench.ARMS), [0], jobs=2)) == {"rft-seed0"}  # a rerun: only what is missing
@@ -202,13 +208,16 @@ def test_the_report_pairs_every_comparison_pools_seeds_and_finds_the_rollouts_to
     assert continued["RL - SFT continued (equal CPU)"]["per_seed"][0]["gain"] == pytest.approx(0.6 - 0.40)
     best = continued["RL - SFT continued, its best checkpoint on validation"]["per_seed"][0]["gain"]
     assert best == pytest.approx(0.6 - 0.45)
-    h = results["headroom"][0]  # before RL: the middle, the suspects against the planted golds, the forecast
+    h = results["headroom"]["curated-seed0"]  # before RL: the middle, the suspects against the planted golds
     assert (h["middle"], h["ceiling"], h["wrong_golds"], h["recall"], h["precision"]) == (0.25, 0.5, 2, 0.5, 0.5)
     assert h["by_reason"] == {
         "gold_vs_reference": {"flagged": 1, "right": 1},
         "gold_consensus": {"flagged": 1, "right": 0},
     }
-    assert (h["forecast"], h["observed"]) == (0.4, 0.375)
+    assert (h["forecast"], h["observed"]) == (0.4, 0.375) and h["start"] == pytest.approx(0.40)
+    plateau = results["comparisons@T=0.6"]["RL from SFT's plateau - its start (SFT continued, chosen on validation)"]
+    assert plateau["per_seed"][1]["gain"] == pytest.approx(0.05)  # rlopt's end against sftmore's chosen model
+    assert results["runs"]["rlopt-seed1"]["sft@0.6"] == pytest.approx(0.47)  # its start: that model, not its own
     for line in ("== paired differences at T=0.6", "== rollouts and CPU for curated to reach raw's final", "== modes"):
         assert line in out
     quote = bench.quote(results, [0, 1])

@@ -38,10 +38,10 @@ def test_a_table_is_rendered_from_a_benchmarks_report_and_a_hand_edit_is_undone(
     headroom = {"prompts": 600, "middle": 0.45, "ceiling": 0.35, "wrong_golds": 20, "flagged": 30, "recall": 0.5,
                 "precision": 0.33, "by_reason": {"gold_consensus": {"flagged": 22, "right": 3},
                                                  "gold_vs_reference": {"flagged": 8, "right": 7}},
-                "forecast": 0.33, "observed": 0.321}  # fmt: skip
+                "forecast": 0.33, "observed": 0.321, "start": 0.727}  # fmt: skip
     report = {"measured": curation.measured_at(["bench/bench_curation.py", "--seeds", "0", "1"]), "test": 300,
-              "comparisons@T=0.6": comps, "comparisons@T=1.0": {}, "runs": {"curated-seed0": {"sft@0.6": 0.727}},
-              "headroom": {"0": headroom, "1": None}}  # fmt: skip
+              "comparisons@T=0.6": comps, "comparisons@T=1.0": {}, "headroom": {"curated-seed0": headroom,
+              "curated-seed1": None}}  # fmt: skip
     (tmp_path / "curation.json").write_text(json.dumps(report))  # as --json writes it (seeds become strings)
     doc = "intro\n<!-- table: curation -->\nhand-edited: +0.999\n<!-- /table: curation -->\nafter\n"
     out = tables.update(doc, folder=tmp_path)
@@ -51,10 +51,10 @@ def test_a_table_is_rendered_from_a_benchmarks_report_and_a_hand_edit_is_undone(
     assert "`python bench/bench_curation.py --seeds 0 1`" in out
     assert "| RL - rejection-sampling FT (equal CPU) | not run in this grid | | |" in out.splitlines()
     assert tables.update(out, folder=tmp_path) == out  # rendering is idempotent
-    before_rl = tables.render("curation-headroom", tmp_path).splitlines()  # a seed's line; a seed without one: none
-    assert [line for line in before_rl if line.startswith("| 0 |")] == [
-        "| 0 | 0.727 | 45.0% of 600 | +0.350 | 10/30 (gold_consensus 3/22, gold_vs_reference 7/8; recall 0.50 of 20) "
-        "| 0.330 | 0.321 | -0.009 |"
-    ] and not any(line.startswith("| 1 |") for line in before_rl)
+    before_rl = tables.render("curation-headroom", tmp_path).splitlines()  # a run's line; a run without one: none
+    assert [line for line in before_rl if line.startswith("| curated-seed0 |")] == [
+        "| curated-seed0 | 0.727 | 45.0% of 600 | +0.350 | 10/30 (gold_consensus 3/22, gold_vs_reference 7/8; recall "
+        "0.50 of 20) | 0.330 | 0.321 | -0.009 |"
+    ] and not any(line.startswith("| curated-seed1 |") for line in before_rl)
     missing = tables.update(doc.replace("curation", "methods"), folder=tmp_path)
     assert "Not measured on the current default yet: `python bench/bench_methods.py" in missing
