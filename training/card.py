@@ -386,14 +386,20 @@ def render_card(
     return str(card)
 
 
+SAMPLERS = {  # evaluate's ``sampler`` as a card says it
+    "engine": "curate-rl's rollout engine (KV cache, continuous batching)",
+    "generate": "transformers generate",
+}
+
+
 def _evaluation_text(ev: Mapping[str, Any] | None) -> str:
     if not ev:
         return ("No held-out evaluation recorded for this folder (`training eval MODEL --pool POOL` measures one; "
                 "`training run` records it here after each step).")  # fmt: skip
     table = _table(
-        ("dataset", "split", "pass@1", "SE", "problems", "samples per problem", "temperature"),
+        ("dataset", "split", "pass@1", "SE", "problems", "samples per problem", "temperature", "sampled by"),
         [(ev.get("dataset"), ev.get("split"), ev.get("pass_at_1"), ev.get("stderr"), ev.get("n_problems"),
-          ev.get("k"), ev.get("temperature"))],
+          ev.get("k"), ev.get("temperature"), SAMPLERS.get(ev.get("sampler"), ev.get("sampler")))],
     )  # fmt: skip
     return "\n".join(table) + (
         "\n\npass@1 is the mean over the samples of each problem (mean@k), averaged over the held-out problems; SE is "

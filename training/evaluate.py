@@ -41,6 +41,7 @@ from curate.errors import ConfigError, InputError
 from curate.progress import bar
 from curate.prompts import INSTRUCTION, user_message
 from curate.rollout.backends import (
+    ENGINES,
     Completion,
     HFOptions,
     OnDone,
@@ -49,7 +50,9 @@ from curate.rollout.backends import (
     Sampling,
     generate_hf,
     generate_openai,
+    load_hf,
     request_seed,
+    sampler_name,
 )
 from curate.rollout.vllm_engine import VLLMOptions
 
@@ -78,7 +81,8 @@ class EvalConfig:
     batch_size: sequences per ``generate`` call. seed: the run seed (per-problem seeds derive from it), so the same
     seed and batch size give the same completions. limit: at most this many problems (the first by problem_id).
     instruction: appended to each problem (``curate.prompts``). device / dtype / threads: the hf backend's
-    (``HFOptions``). min_samples: fewer samples than this in all gives a weak-evidence warning.
+    (``HFOptions``). engine: the hf backend's sampler, ``auto`` (the rollout engine where it supports the model)
+    or ``hf`` (``generate``). min_samples: fewer samples than this in all gives a weak-evidence warning.
     backend: ``hf`` (transformers ``generate``, CPU or one GPU), ``vllm`` (the offline engine: the GPU recipe's
     long answers at a fraction of the time; ``pip install -e '.[gpu]'``) or ``openai`` (a server already serving
     the model, ``served_model`` the name it serves it under; default the model as given), as ``curate rollout``;
@@ -96,6 +100,7 @@ class EvalConfig:
     device: str = placement("auto")
     dtype: str = "auto"
     threads: int = placement(0)
+    engine: str = "auto"
     min_samples: int = 200
     backend: str = "hf"
     vllm: VLLMOptions = field(default_factory=VLLMOptions)
@@ -105,6 +110,8 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ConfigError(f"eval.backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.engine not in ENGINES:
+            raise ConfigError(f"eval.engine must be one of {ENGINES}, got {self.engine!r}")
 
 
 # --------------------------------------------------------------------------------------------------- problems
@@ -248,7 +255,8 @@ def evaluate(
         def on_done(n: int, tokens: int) -> None:
             advance(n, tokens=tokens)
 
-        completions = (generate or backend_generate(model_dir, cfg, on_done))(requests, sampling)
+        sample = generate or backend_generate(model_dir, cfg, on_done)
+        completions = sample(requests, sampling)
     by_key = {(c.problem_id, c.sample_idx): c for c in completions}
     wanted = [(pid, i) for pid in ids for i in range(cfg.k)]
     absent = [key for key in wanted if key not in by_key]
@@ -279,6 +287,7 @@ def evaluate(
         truncation_rate=sum(c.finish_reason == "length" for c in rows) / len(rows),
         mean_completion_tokens=sum(tokens) / len(tokens) if tokens else None,
         runtime_s=time.perf_counter() - t0,
+        sampler=getattr(sample, "sampler", cfg.backend if generate is None else "given"),
         config=asdict(cfg),
         per_problem=table,
         samples=samples,
@@ -307,8 +316,15 @@ def backend_generate(model_dir: str | Path, cfg: EvalConfig, on_done: OnDone | N
                 vllm_engine.release_engine()
 
         return generate_vllm
-    opts = HFOptions(device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size, threads=cfg.threads)
-    return lambda reqs, s: generate_hf(reqs, model, s, opts, on_done=on_done)
+    opts = HFOptions(device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size, threads=cfg.threads,
+                     engine=cfg.engine)  # fmt: skip
+
+    def generate(reqs: Sequence[Request], s: Sampling) -> list[Completion]:
+        out = generate_hf(reqs, model, s, opts, on_done=on_done)
+        generate.sampler = sampler_name(load_hf(model, None, opts)[1], opts)  # type: ignore[attr-defined]
+        return out
+
+    return generate
 
 
 # --------------------------------------------------------------------------------------------------- run log

@@ -147,9 +147,11 @@ class CurateGRPOTrainer(GRPOTrainer):
         ledger=None,
         metrics_log=None,
         ladder=None,
+        engine: str = "auto",
         **kwargs: Any,
     ):
         self.bridge = bridge
+        self.engine = engine
         self.zero_variance_filter = zero_variance_filter
         self.batch_adv_norm = batch_adv_norm
         self.prompt_level_loss = prompt_level_loss
@@ -191,6 +193,33 @@ class CurateGRPOTrainer(GRPOTrainer):
             self._load_rng_state(self.resume_rng_from)
             self.resume_rng_from = None
         return super().training_step(model, inputs, num_items_in_batch)
+
+    # -------------------------------------------------------------- rollouts
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        """TRL's rollouts, through the project's rollout engine (``curate.rollout.engine``: KV cache, continuous
+        batching) where it supports the policy and the sampling is what the engine does (temperature, top_p, the
+        EOS tokens); vLLM, transformers' continuous batching, images, ``engine: hf`` and other sampling settings
+        keep TRL's own path. One completion per row, the EOS included, as TRL's regular path returns them. Each
+        row's seed comes from the global RNG (which a resumed stage restores) and the row's index, so a batch is
+        the same on a rerun and a resume."""
+        from curate.rollout.backends import request_seed
+        from curate.rollout.engine import Engine, EngineRequest, supports
+
+        policy = self.accelerator.unwrap_model(self.model)
+        plain = not (self.use_vllm or self.use_transformers_continuous_batching or images or multimodal_fields)
+        default = not self.top_k and self.min_p is None and self.repetition_penalty == 1.0
+        if self.engine != "auto" or not (plain and default) or supports(policy) is not None:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                 has_tool_images)  # fmt: skip
+        base = int(torch.randint(0, 2**31 - 1, (1,)))
+        rows = [EngineRequest(tuple(ids), request_seed(base, "rl", i), self.max_completion_length)
+                for i, ids in enumerate(prompt_ids)]  # fmt: skip
+        longest = max(len(r.prompt_ids) for r in rows) + self.max_completion_length
+        engine = Engine(policy, slots=len(rows), context=longest)
+        with torch.no_grad():
+            outs = engine.generate(rows, temperature=self.temperature, top_p=self.top_p or 1.0,
+                                   stop_ids=set(self.eos_token_ids))  # fmt: skip
+        return [o.token_ids for o in outs], None
 
     # -------------------------------------------------------------- rewards
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):

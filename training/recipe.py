@@ -34,6 +34,7 @@ from typing import Any
 from curate import io
 from curate.config import Recipe, apply_overrides, from_mapping, placement, read_yaml, unknown_key_error
 from curate.errors import ConfigError
+from curate.rollout.backends import ENGINES
 from training.evaluate import EvalConfig
 from training.merge import MergeConfig
 from training.packaged import packaged_name
@@ -234,9 +235,11 @@ class RunRecipe:
     ``sft``, ``curriculum`` and ``curate_recipe``). seed: one seed for every training section (the curate
     stages keep the curation recipe's). launch: the command that starts each training step instead of ``python``,
     e.g. ``[accelerate, launch, --config_file, training/recipes/accelerate/zero2.yaml]`` for several GPUs.
-    groups: how a pass trains its stages: ``sequential`` (each from the previous stage's model) or ``parallel``
-    (CoScale-RL: each an independent run from the pass's starting model, merged after each with ``merge``;
-    ``training.groups``); None: as the plan says (parallel when it marks every stage so, a ``bands`` plan).
+    engine: ``auto`` or ``hf``: how every section that samples the model samples it (``_spread_engine``; a
+    section's own ``engine`` wins). groups: how a pass trains its stages: ``sequential`` (each from the previous
+    stage's model) or ``parallel`` (CoScale-RL: each an independent run from the pass's starting model, merged
+    after each with ``merge``; ``training.groups``); None: as the plan says (parallel when it marks every stage
+    so, a ``bands`` plan).
     merge: how parallel groups are merged (``training.merge.MergeConfig``; None: linear, equal shares).
     curate: the loaded ``curate_recipe`` (set by ``recipe_from_mapping``, not a key of the file).
     """
@@ -246,6 +249,7 @@ class RunRecipe:
     model: str = "tiny"
     home: str | None = placement(None)
     seed: int = 0
+    engine: str = "auto"
     curate_recipe: str | None = None
     curriculum: str | None = None
     train: str | None = None
@@ -268,6 +272,8 @@ class RunRecipe:
 
     def __post_init__(self) -> None:
         packaged_name(self.model)  # ``package:<name>``: a known packaged model (``training.packaged``), now
+        if self.engine not in ENGINES:
+            raise ConfigError(f"recipe: engine must be one of {ENGINES}, got {self.engine!r}")
         if self.curriculum and self.train:
             raise ConfigError("recipe: give one of `curriculum` (a plan) or `train` (one prompt file), not both")
         if self.groups is not None and self.groups not in GROUPS:
@@ -388,6 +394,7 @@ def recipe_from_mapping(data: Mapping[str, Any]) -> RunRecipe:
     if "curate" in data:
         raise unknown_key_error(["curate"], {f.name for f in dataclasses.fields(RunRecipe)} - {"curate"}, "recipe")
     _misplaced_keys(data)
+    _spread_engine(data)
     seed = data.get("seed", 0)
     for key in SEEDED:  # sections with a default (tiny, rl, eval) take the seed even when the recipe omits them
         section = data.get(key, {} if key in ("tiny", "rl", "eval") else None)
@@ -399,6 +406,25 @@ def recipe_from_mapping(data: Mapping[str, Any]) -> RunRecipe:
 
         data["curate"] = pipeline.load_recipe(path)
     return from_mapping(RunRecipe, data, "recipe")
+
+
+def _spread_engine(data: dict[str, Any]) -> None:
+    """The recipe's ``engine`` (``auto``: the project's rollout engine wherever it supports the model; ``hf``:
+    transformers' ``generate`` everywhere) into every section that samples the model and does not set its own:
+    ``rl``, ``eval`` (held-out evaluation and the SFT validation choice), ``measure.rollout.hf`` and
+    ``decide.rollout.hf``."""
+    engine = data.get("engine", "auto")
+    for key in ("rl", "eval"):
+        section = data.get(key, {})
+        if isinstance(section, Mapping) and "engine" not in section:
+            data[key] = {**section, "engine": engine}
+    for key in ("measure", "decide"):
+        section = data.get(key)
+        if isinstance(section, Mapping) and isinstance(section.get("rollout", {}), Mapping):
+            rollout = dict(section.get("rollout") or {})
+            hf = rollout.get("hf", {})
+            if isinstance(hf, Mapping) and "engine" not in hf:
+                data[key] = {**section, "rollout": {**rollout, "hf": {**hf, "engine": engine}}}
 
 
 def _misplaced_keys(data: Mapping[str, Any]) -> None:

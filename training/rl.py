@@ -51,6 +51,7 @@ from curate.config import apply_overrides, from_mapping, parse_overrides, placem
 from curate.curriculum.sampler import POLICIES, SamplerConfig
 from curate.errors import ConfigError, InputError
 from curate.manifest import file_hash
+from curate.rollout.backends import ENGINES
 from training import run_folder
 from training.ladder import LadderConfig
 from training.rl_records import LedgerWriter, MetricsLog
@@ -91,7 +92,9 @@ class RLConfig:
     ``optimizer.pt``) instead of a fresh Adam, keeping this stage's learning rate and schedule (``training run``
     passes the previous stage; a first stage starts fresh). ladder: CoScale-RL's rollout ladder
     (``training.ladder.LadderConfig``): a plateau of the training reward ends the run at that step, and
-    ``training run`` continues the stage with N doubled; None: N stays fixed.
+    ``training run`` continues the stage with N doubled; None: N stays fixed. engine: ``auto`` samples the
+    rollouts with the project's rollout engine where it supports the policy (``curate.rollout.engine``; the
+    ``tiny`` models on the CPU), ``hf`` with TRL's own ``generate`` path; vLLM, where ``use_vllm``, either way.
     """
 
     loss_type: str = "cispo"
@@ -128,6 +131,7 @@ class RLConfig:
     mask_truncated_completions: bool = False
     carry_optimizer: bool = False
     dtype: str = "float32"
+    engine: str = "auto"
     bf16: bool | None = None
     gradient_checkpointing: bool = True
     use_vllm: bool = False
@@ -192,6 +196,8 @@ def _check_counts(cfg: RLConfig) -> None:
             raise ConfigError(f"rl.{name} must be >= 1")
     if cfg.micro_batch_size is not None and cfg.micro_batch_size < 1:
         raise ConfigError("rl.micro_batch_size must be >= 1 or null")
+    if cfg.engine not in ENGINES:
+        raise ConfigError(f"rl.engine must be one of {ENGINES}, got {cfg.engine!r}")
     if cfg.save_steps % cfg.num_iterations:
         raise ConfigError(
             f"rl.save_steps ({cfg.save_steps}) must be a multiple of rl.num_iterations ({cfg.num_iterations}): "
@@ -359,6 +365,7 @@ def build_trainer(
         ledger=ledger,
         metrics_log=metrics_log,
         ladder=LadderWatch(cfg.ladder, cfg.num_generations, cfg.learning_rate) if cfg.ladder is not None else None,
+        engine=cfg.engine,
     )
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts to stdout; ``log`` prints a line to stderr
     trainer.add_callback(run_folder.save_callback())  # files.json in every checkpoint: a whole one is verifiable

@@ -110,7 +110,7 @@ def _eval(
         limit = sec.init_limit if save_as == "init" and sec.init_limit is not None else sec.limit
     heldout = heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=limit)
     result = evaluate(model_dir, heldout, sec.config(limit), progress=True)
-    out = {k: result[k] for k in ("pass_at_1", "stderr", "n_problems", "k", "warning") if k in result}
+    out = {k: result[k] for k in ("pass_at_1", "stderr", "n_problems", "k", "warning", "sampler") if k in result}
     if save_as is None:
         return out
     keep_eval(run.run_dir, save_as, result)

@@ -89,6 +89,9 @@ def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 
 
 # --------------------------------------------------------------------------------------------------- hf
+ENGINES = ("auto", "hf")
+
+
 @dataclass(frozen=True)
 class HFOptions:
     """Hugging Face transformers backend (CPU or one GPU).
@@ -98,12 +101,22 @@ class HFOptions:
     batch_size: sequences per ``generate`` call (prompts are repeated once per sample).
     threads: torch CPU threads (0: torch's default). On a busy CPU box one thread can beat two by far for small
     models (tests/tiny_model.py, 512 samples x 128 tokens, load ~10 on 2 cores: 3,528 vs 357 tokens/s).
+
+    engine: ``auto`` samples with the project's rollout engine (``curate.rollout.engine``: a KV cache and
+    continuous batching, each sample seeded by its own problem and index) where it supports the model (the ``tiny``
+    Qwen2 models, Llama, on the CPU), else with ``generate``; ``hf`` always with ``generate``. With the engine,
+    ``batch_size`` is its number of slots.
     """
 
     device: str = "auto"
     dtype: str = "auto"
     batch_size: int = 32
     threads: int = 0
+    engine: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ConfigError(f"hf.engine must be one of {ENGINES}, got {self.engine!r}")
 
 
 def load_hf(model: str, revision: str | None = None, opts: HFOptions = HFOptions()) -> tuple[Any, Any, str]:
@@ -146,10 +159,13 @@ def generate_hf(
     revision: str | None = None,
     on_done: OnDone | None = None,
 ) -> list[Completion]:
-    """Sample with ``transformers`` ``generate``: every (request, sample index) is one row of a batch.
+    """Sample with the rollout engine where it supports the model (``sampler_name``), else with ``transformers``
+    ``generate``: every (request, sample index) is one row of a batch.
 
-    Seeded per batch (``torch.manual_seed`` with the seed of the batch's first request, offset by its first sample
-    index), so the same shard gives the same completions on a re-run. The model's own generation defaults (top_k,
+    The engine seeds every sample with ``request_seed(run seed, problem id, sample index)``, so a sample is the same
+    whatever else shares its batch and however a shard is resumed. ``generate`` is seeded per batch
+    (``torch.manual_seed`` with the seed of the batch's first request, offset by its first sample index), so the
+    same shard gives the same completions on a re-run. The model's own generation defaults (top_k,
     repetition penalty) are overridden: only temperature and top_p shape sampling, as recorded in the ledger.
     """
     import torch
@@ -159,6 +175,8 @@ def generate_hf(
         torch.set_num_threads(opts.threads)
     eos = _eos_ids(tok, lm)
     prompts = {r.problem_id: build_prompt(tok, r.message) for r in requests}
+    if sampler_name(lm, opts) == "engine":
+        return _generate_engine(requests, tok, lm, prompts, eos, sampling, opts, on_done)
     rows = [(r, idx) for r in requests for idx in r.sample_idxs]
     greedy = sampling.temperature <= 0
     gen_kwargs: dict[str, Any] = {
@@ -193,6 +211,43 @@ def generate_hf(
         if on_done is not None:
             on_done(len(batch), tokens)
     return out
+
+
+def sampler_name(lm: Any, opts: HFOptions) -> str:
+    """Which sampler the hf backend uses for this model: ``engine`` or ``generate`` (recorded with the samples)."""
+    from curate.rollout.engine import supports
+
+    return "engine" if opts.engine == "auto" and supports(lm) is None else "generate"
+
+
+def _generate_engine(
+    requests: Sequence[Request],
+    tok: Any,
+    lm: Any,
+    prompts: dict[str, str],
+    eos: set[int],
+    sampling: Sampling,
+    opts: HFOptions,
+    on_done: OnDone | None,
+) -> list[Completion]:
+    """``generate_hf`` through the rollout engine: one engine request per (problem, sample index)."""
+    from curate.rollout.engine import Engine, EngineRequest
+
+    ids = {pid: tuple(tok(text, add_special_tokens=False)["input_ids"]) for pid, text in prompts.items()}
+    rows = [(r, idx) for r in requests for idx in r.sample_idxs]
+    wanted = [
+        EngineRequest(ids[r.problem_id], request_seed(sampling.seed, r.problem_id, idx), sampling.max_tokens)
+        for r, idx in rows
+    ]
+    longest = max((len(w.prompt_ids) for w in wanted), default=0) + sampling.max_tokens
+    engine = Engine(lm, slots=max(1, min(opts.batch_size, len(rows))), context=longest)
+    temperature = max(0.0, sampling.temperature)
+    outs = engine.generate(wanted, temperature=temperature, top_p=sampling.top_p, stop_ids=eos, on_done=on_done)
+    return [
+        Completion(r.problem_id, idx, tok.decode(o.token_ids, skip_special_tokens=True), len(ids[r.problem_id]),
+                   len(o.token_ids), o.finish_reason)
+        for (r, idx), o in zip(rows, outs, strict=True)
+    ]  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------- openai

@@ -158,7 +158,8 @@ def sample_settings(cfg: RolloutConfig) -> dict[str, Any]:
     """The backend settings that change what is sampled, beyond model, sampling and instruction.
 
     hf: ``generate_hf`` batches the rows of one shard and seeds each batch from its first row, so batch size and
-    shard size decide which samples share a seed; device, dtype and CPU threads change the numerics. vllm: dtype,
+    shard size decide which samples share a seed; device, dtype and CPU threads change the numerics; the engine
+    (``engine: auto``) samples differently from ``generate`` (``hf``). vllm: dtype,
     tensor parallelism and context length change the numerics (each request has its own seed, so batching does not
     pick the random numbers). openai: the server, the endpoint and one request per sample or per problem (which
     seeds the server gets). Not included: progress, workers, retries, timeouts, data-parallel rank.
@@ -171,6 +172,7 @@ def sample_settings(cfg: RolloutConfig) -> dict[str, Any]:
             "device": opts.device,
             "dtype": opts.dtype,
             "threads": opts.threads,
+            "engine": opts.engine,
         }
     if cfg.backend == "vllm":
         v = cfg.vllm
@@ -443,6 +445,14 @@ def _generate_shard(
     return ledger.write_part(frame, path)
 
 
+def sampler(ws: io.Workspace, cfg: RolloutConfig) -> str:
+    """What sampled the job: ``engine`` or ``generate`` for the hf backend (``backends.sampler_name``), else the
+    backend's name (the model ledger's manifest records it beside the backend)."""
+    if cfg.backend != "hf":
+        return cfg.backend
+    return backends.sampler_name(backends.load_hf(str(ws.model_path(cfg.model)), cfg.revision, cfg.hf)[1], cfg.hf)
+
+
 # --------------------------------------------------------------------------------------------------- job
 @io.pool_locked
 def finalize(ws: io.Workspace, pool: str, cfg: RolloutConfig, *, force: bool = False) -> StageResult:
@@ -465,6 +475,7 @@ def finalize(ws: io.Workspace, pool: str, cfg: RolloutConfig, *, force: bool = F
             "pool": pool,
             "model": cfg.model,
             "backend": cfg.backend,
+            "sampler": sampler(ws, cfg),
             "run_id": rid,
             "job_samples": rows.height,
             "job_problems": rows[S.PROBLEM_ID].n_unique() if rows.height else 0,
