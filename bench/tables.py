@@ -18,6 +18,7 @@ table                  JSON                                written by
 ``methods``            ``bench/json/methods.json``         ``bench_methods.py --json`` (every arm)
 ``methods-headline``   ``bench/json/methods.json``
 ``claims``             ``bench/json/methods.json``         (a row per paper claim, with its verdict)
+``generate``           ``bench/json/generate.json``        ``bench_generate.py --json`` (sampling speed)
 =====================  ==================================  ==============================================
 
 A table whose JSON is not there yet says so, with the command that writes it. Figures measured before the JSON was
@@ -180,6 +181,39 @@ def methods_headline(data: Mapping[str, Any]) -> list[str]:
             "[bench/README.md](bench/README.md#bench_methodspy)."]  # fmt: skip
 
 
+def generate(data: Mapping[str, Any]) -> list[str]:
+    """Sampling speed (``bench_generate.py``): generate, the engine, the matmul bound, the samplers' agreement and
+    the RL step, each with its CPU-seconds and load."""
+    sp, m = data.get("speed") or {}, data.get("measured") or {}
+    lines = [f"{_measured(data)} CPU: {m.get('cpu', '?')}; one torch thread.", "",
+             "| sampler | tokens | wall s | CPU-s | tokens per CPU-s | vs generate | load |",
+             "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    names = {"generate": "transformers `generate` (static batches, as the chain batched before)",
+             "engine": "rollout engine (KV cache, continuous batching)",
+             "matmul_bound": "matrix products alone (the linear layers, same tokens)"}  # fmt: skip
+    base = (sp.get("generate") or {}).get("tokens_per_cpu_s")
+    for key, label in names.items():
+        r = sp.get(key)
+        if r:
+            ratio = f"{r['tokens_per_cpu_s'] / base:.2f}x" if base else "-"
+            lines.append(f"| {label} | {r['tokens']:,} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
+                         f"{r['tokens_per_cpu_s']:,.0f} | {ratio} | {r['load']:.2f} |")  # fmt: skip
+    agree = data.get("agreement") or {}
+    if agree:
+        lines += ["", "| T | engine pass@1 | generate pass@1 | engine - generate (paired SE) | problems x k |",
+                  "|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for t, a in agree.items():
+            lines.append(f"| {t} | {a['engine']:.3f} | {a['generate']:.3f} | {a['difference']:+.3f} ± "
+                         f"{a['paired_se']:.3f} | {a['n_problems']} x {a['k']} |")  # fmt: skip
+    rl = data.get("rl_step") or {}
+    if rl:
+        lines += ["", f"RL step ({rl['hf']['steps']} steps of 32 prompts x 8 rollouts, CISPO, process CPU including "
+                  f"the model load): TRL's `generate` {rl['hf']['cpu_s_per_step']} CPU-s per step (load "
+                  f"{rl['hf']['load']}), the engine {rl['auto']['cpu_s_per_step']} (load {rl['auto']['load']}): "
+                  f"{rl['ratio']}x."]  # fmt: skip
+    return lines
+
+
 # name -> (JSON file in bench/json/, renderer, the command that writes the JSON)
 TABLES: dict[str, tuple[str, Callable[[Any], list[str]], str]] = {
     "curation": ("curation.json", curation, f"python bench/bench_curation.py {SEEDS} --json bench/json/curation.json"),
@@ -191,6 +225,8 @@ TABLES: dict[str, tuple[str, Callable[[Any], list[str]], str]] = {
     "methods-headline": ("methods.json", methods_headline,
                          "python bench/bench_methods.py --seeds 0 1 2 --json bench/json/methods.json"),
     "claims": ("methods.json", claims, "python bench/bench_methods.py --seeds 0 1 2 --json bench/json/methods.json"),
+    "generate": ("generate.json", generate, "python bench/bench_generate.py --home workspace --model "
+                 "workspace/runs/tiny-fastcurl/sft/best --json bench/json/generate.json"),
 }  # fmt: skip
 
 

@@ -318,10 +318,11 @@ def rl(
     scale_rewards, max_prompt_length, max_completion_length, temperature, top_p, seed, save_steps,
     save_total_limit, policy (uniform, scalingrl), sampler.* (sampler.zero_variance_skip, ...), short_batch,
     zero_variance_filter, batch_adv_norm, prompt_level_loss, fp32_lm_head, mask_truncated_completions,
-    carry_optimizer, dtype, bf16, gradient_checkpointing, use_vllm, vllm_* (vllm_mode, ...), report_to,
-    ledger_model, ladder.* (CoScale's rollout ladder: ladder.patience, ladder.window, ladder.collapse_drop,
-    ladder.factor, ladder.n_max, ladder.budget; a plateau of the training reward ends the run at that step, and
-    `training run` continues the stage with N doubled).
+    carry_optimizer, dtype, bf16, gradient_checkpointing, engine (auto: the rollout engine where it supports the
+    model; hf: TRL's generate), use_vllm, vllm_* (vllm_mode, ...), report_to, ledger_model, ladder.* (CoScale's
+    rollout ladder: ladder.patience, ladder.window, ladder.collapse_drop, ladder.factor, ladder.n_max,
+    ladder.budget; a plateau of the training reward ends the run at that step, and `training run` continues the
+    stage with N doubled).
 
     CISPO always gets an explicit cap on the importance ratio (epsilon_high; TRL would otherwise clamp every ratio at
     0.2, shrinking the update 5x). The curriculum sampler picks every batch, with every group's rewards fed back.
