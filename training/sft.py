@@ -421,7 +421,7 @@ def train_sft(
         "device": str(trainer.args.device),  # where it trained, for the card: cuda:0 / cpu
         "precision": "bf16" if trainer.args.bf16 else "float32",
         "wall_s": round(time.perf_counter() - started, 2),
-        **(_stopped(curve, cfg, trainer.state) if curve is not None else {}),
+        **(_stopped(curve, cfg, trainer.state) if curve is not None and curve.points else {}),
     }
     if main:
         from curate.solutions.export import answer_check

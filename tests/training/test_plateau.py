@@ -170,6 +170,8 @@ def test_sft_stops_a_real_run_at_its_plateau_and_a_killed_run_resumes_with_its_p
     assert again["steps"] == 10 and again["stopped"] == stopped and again["resumed_from"].endswith("checkpoint-6")
     resumed = read_curve(tmp_path / "killed")["points"]
     assert [(p["step"], p["pass_at_1"]) for p in resumed] == [(p["step"], p["pass_at_1"]) for p in once]
+    weights = "final/model.safetensors"
+    assert (tmp_path / "killed" / weights).read_bytes() == (tmp_path / "once" / weights).read_bytes()  # bit for bit
 
     calls.clear()
     (tmp_path / "killed" / "metrics.json").unlink()  # killed after the rule stopped it, before its final model
