@@ -421,7 +421,7 @@ def train_sft(
         "device": str(trainer.args.device),  # where it trained, for the card: cuda:0 / cpu
         "precision": "bf16" if trainer.args.bf16 else "float32",
         "wall_s": round(time.perf_counter() - started, 2),
-        **(_stopped(curve, cfg, trainer.state) if curve is not None and curve.points else {}),
+        **(_stopped(curve, trainer.state) if curve is not None and curve.points else {}),
     }
     if main:
         from curate.solutions.export import answer_check
@@ -447,7 +447,7 @@ def train_sft(
     return metrics
 
 
-def _stopped(curve: plateau.Curve, cfg: SFTRunConfig, state: Any) -> dict[str, Any]:
+def _stopped(curve: plateau.Curve, state: Any) -> dict[str, Any]:
     """The metrics of a run with early stop: why it stopped (``plateau.why_stopped``) and the CPU seconds its
     validation points cost over every invocation (the SFT step's CPU includes them; ``bench_curation`` takes them
     out of its per-step cost)."""

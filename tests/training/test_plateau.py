@@ -51,6 +51,22 @@ def test_the_measured_curves_still_rising_at_3000_steps_are_not_stopped():
         assert _never_stops(_curve(*rates), patience=3), rates
 
 
+def test_a_run_that_hits_its_cap_says_whether_it_was_still_rising():
+    """The chain's stop line (``why_stopped``): the issue's seed-0 curve cut at 3,000 steps hit its cap while still
+    rising; a curve whose last evaluations brought no gain says how many of its patience it had used."""
+    from training.plateau import why_stopped
+
+    rising = _curve(0.010, 0.083, 0.337, 0.550, 0.627, 0.693)
+    why = why_stopped(should_stop(rising, 3), rising, 3000, 3, 1.0)
+    assert why["rule"] == "cap" and why["rising"]
+    assert why["text"].startswith("hit the step cap (3000) while still rising")
+    flat = _curve(0.30, 0.60, 0.60, 0.60)[:3]
+    why = why_stopped(should_stop(flat, 3), flat, 1500, 3, 1.5)
+    assert why["rule"] == "cap" and not why["rising"]
+    assert why["text"].startswith("hit the step cap (1500) with 1 of 3 evaluations without a gain over the best (step")
+    assert why["text"].endswith("by more than 1.5x its paired SE")
+
+
 def test_patience_carries_a_false_plateau_at_the_floor_and_stops_at_the_real_one_keeping_the_best():
     """Flat at its guessing floor for 1,500 steps (two evaluations without a gain after the first), then it learns
     (0.31, 0.65), then it plateaus at 0.70: with 2 evaluations of patience the rule stops on the floor and loses the
