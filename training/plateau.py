@@ -204,8 +204,8 @@ def take_point(early: EarlyStop, checkpoint: Path, step: int) -> dict[str, Any]:
 
 
 def point_line(point: Mapping[str, Any], verdict: Verdict, early: EarlyStop) -> str:
-    """The line the SFT step prints after each point: ``sft validation at step 1500: pass@1 0.337 ± 0.031; the best
-    is step 1500; 0 of 3 evaluations without a gain over it``."""
+    """The line the SFT step prints after each point: ``sft validation at step 1500: pass@1 0.337 ± 0.035; the best
+    is step 1500; 0 of 3 evaluations without a gain over it by more than its paired SE``."""
     return (f"sft {early.split} at step {point['step']}: pass@1 {point['pass_at_1']:.3f} ± {point['stderr']:.3f}; "
             f"the best is step {verdict.best}; {verdict.waited} of {early.patience} evaluations without a gain over "
             f"it by more than {margin(early.min_delta)}")  # fmt: skip
