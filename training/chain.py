@@ -259,7 +259,8 @@ def sft_step(run: Run, state: ChainState, name: str, out_dir: Path, data: Path, 
     """SFT of the current model on ``data`` into ``out_dir`` in a fresh process (skipped when that folder holds a
     finished run); the state's model becomes its ``final/``, waiting for its evaluation as step ``name``.
     early_stop: with ``sft.validation.patience``, the step takes validation points as it trains and stops at the
-    plateau (``early_stop_spec``; the chain's own SFT, whose best checkpoint ``training.choose`` keeps)."""
+    plateau (``early_stop_spec``: the chain's own SFT, whose best checkpoint ``training.choose`` keeps, and CoScale's
+    iterations)."""
     from training.sft import METRICS
 
     cfg = run.recipe.sft.run_config()
