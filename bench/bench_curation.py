@@ -111,6 +111,7 @@ def baseline_steps(home: Path, seed: int) -> int:
     if not sft_cpu:  # a run resumed by code older than training.runner.add_timing: its summary lost the SFT step's
         sft_cpu = metrics["wall_s"]  # CPU; the training loop's wall time (one thread, at least its CPU) stands in
         print(f"    curated seed {seed}: its summary has no CPU for sft (resumed); SFT's training wall time stands in")
+    sft_cpu -= metrics.get("validation_cpu_s") or 0.0  # the early stop's validation points (training.plateau)
     return max(1, round(step_cpu(s, "rl:") / (sft_cpu / metrics["steps"])))
 
 
@@ -183,6 +184,7 @@ def commands(arm: str, home: Path, seed: int) -> list[list[str]]:
     steps = baseline_steps(home, seed)
     sets = [f"model={sft_model(home, 'curated', seed)}", f"sft.data={data}", f"sft.max_steps={steps}",
             f"sft.learning_rate={BASELINE_LR}", f"sft.validation.every={max(1, steps // BEST_EVERY)}",
+            "sft.validation.patience=null",  # equal CPU: a baseline trains all its steps (no early stop)
             "curriculum=null", "measure=null", "curate_recipe=null", f"name=tiny-{arm}"]  # fmt: skip
     cmds.append([*py, "training.cli", "run", "--recipe", CURATED, *out, *(x for s in sets for x in ("--set", s))])
     cmds.append([sys.executable, str(Path(__file__).resolve()), "--home", str(home), "--eval-final",

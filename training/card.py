@@ -363,6 +363,8 @@ def render_card(
         facts.append(f"Chosen on the {chosen['split']} split: step {chosen['step']} of {chosen['steps']}, pass@1 "
                      f"{_num(chosen['pass_at_1'])} ± {_num(chosen['stderr'])} ({chosen['n_problems']} problems x "
                      f"{chosen['k']}), the best of {chosen['candidates']} checkpoints evaluated there")  # fmt: skip
+        if chosen.get("stopped"):
+            facts.append(f"SFT {chosen['stopped']}")  # why training ended (training.plateau.why_stopped)
     facts.append(f"Task: {pool['task']}, answered step by step, the final answer in `\\boxed{{}}`")
     facts.append(f"Training data licence: {pool['licences']}; on the Hub: {', '.join(pool['datasets']) or 'none'}")
     keys = [k for k in _DATA_ORDER if k in data] + [k for k in data if k not in _DATA_ORDER]

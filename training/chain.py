@@ -27,7 +27,7 @@ from curate import io
 from curate.config import placement_keys
 from curate.errors import ConfigError, InputError
 from curate.manifest import file_hash
-from training import run_folder
+from training import plateau, run_folder
 from training.plan import StagePlan, plan_stages
 from training.recipe import RunRecipe, resolve_path
 from training.step import run_step
@@ -254,21 +254,46 @@ def recipe_changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str =
     return out
 
 
-def sft_step(run: Run, state: ChainState, name: str, out_dir: Path, data: Path) -> ChainState:
+def sft_step(run: Run, state: ChainState, name: str, out_dir: Path, data: Path, early_stop: bool = False
+             ) -> ChainState:  # fmt: skip
     """SFT of the current model on ``data`` into ``out_dir`` in a fresh process (skipped when that folder holds a
-    finished run); the state's model becomes its ``final/``, waiting for its evaluation as step ``name``."""
+    finished run); the state's model becomes its ``final/``, waiting for its evaluation as step ``name``.
+    early_stop: with ``sft.validation.patience``, the step takes validation points as it trains and stops at the
+    plateau (``early_stop_spec``: the chain's own SFT, whose best checkpoint ``training.choose`` keeps, and CoScale's
+    iterations)."""
     from training.sft import METRICS
 
     cfg = run.recipe.sft.run_config()
     t0 = time.perf_counter()
     if run_folder.finished(out_dir, METRICS) is None:
+        early = early_stop_spec(run, out_dir) if early_stop else None
         run_step({
             "kind": "sft", "out": str(out_dir), "model": state.model, "data": str(data),
             "config": dataclasses.asdict(cfg), "lineage": chain_lineage(run, state.iteration),
+            **({"validation": early.to_spec()} if early is not None else {}),
         }, run.recipe.launch)  # fmt: skip
     final = str(out_dir / "final")
     pending = {"step": name, "model": final, "wall_s": time.perf_counter() - t0}
     return dataclasses.replace(state, model=final, pending=pending)
+
+
+def early_stop_spec(run: Run, out_dir: Path) -> plateau.EarlyStop | None:
+    """What the SFT step needs to stop at its plateau (``training.plateau.EarlyStop``), None without
+    ``sft.validation.patience``. The validation problems (``limit`` of ``split``, the first by problem_id) are
+    written into ``out_dir`` once, when the run starts: a resumed run scores the problems its first points were
+    scored on, whatever happens to the pool meanwhile. Each point is sampled as ``training.choose`` samples a
+    checkpoint: the ``eval`` section's settings with ``sft.validation``'s ``k``."""
+    from training.evaluate import heldout_problems
+
+    sec = run.recipe.sft.validation
+    if sec is None or sec.patience is None:
+        return None
+    problems = Path(out_dir) / plateau.PROBLEMS
+    if not problems.is_file():
+        io.write_parquet(heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit), problems)
+    cfg = dataclasses.replace(run.recipe.eval.config(sec.limit), k=sec.k)
+    return plateau.EarlyStop(problems=str(problems), eval=cfg, patience=sec.patience, min_delta=sec.min_delta,
+                             split=sec.split)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------- data

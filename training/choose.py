@@ -7,6 +7,9 @@ each and the final model on the validation split (never the test split the run r
 later one on a tie), and makes it the chain's SFT model: ``sft/best/``, a copy of the final folder (tokenizer,
 card, lineage) holding the chosen checkpoint's weights, sealed, its card saying which step was chosen and why.
 ``sft/validation.json`` keeps every point (``read_validation``). The choice is made once: a rerun reads it back.
+With ``sft.validation.patience`` SFT took the points itself as it trained and stopped at its plateau
+(``training.plateau``): they are read from ``sft/curve.json`` instead of evaluated again, and the chain says why
+training stopped (``validation.json``'s ``stopped``, the card's "SFT stopped at step ..." line).
 
 A chosen model far below the validation pass@1 the recipe records (``reference`` - ``band``) gets one warning line:
 the SFT step landed outside the band its recipe was chosen in (issue 36: the same seed on another CPU memorized its
@@ -82,6 +85,22 @@ def _evaluate_points(run: Run, out_dir: Path) -> list[dict[str, Any]]:
     return points
 
 
+def _training_points(run: Run, out_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None] | None:
+    """The validation points SFT took while it trained (``training.plateau``, with ``sft.validation.patience``),
+    each echoed as ``_evaluate_points`` echoes its own, and why training stopped (``plateau.why_stopped``, from the
+    SFT step's metrics); None when SFT took none (no early stop: ``_evaluate_points`` evaluates after training)."""
+    from training.plateau import POINT_KEYS, read_curve
+    from training.sft import read_metrics
+
+    curve = read_curve(out_dir)
+    if curve is None or not curve.get("points"):
+        return None
+    points = [{k: p[k] for k in POINT_KEYS} for p in curve["points"]]
+    for p in points:
+        run.echo(f"[chain] sft: {curve['split']} pass@1 at step {p['step']}: {p['pass_at_1']:.3f} ± {p['stderr']:.3f}")
+    return points, (read_metrics(out_dir) or {}).get("stopped")
+
+
 def _write_best(out_dir: Path, chosen: dict[str, Any], choice: dict[str, Any]) -> Path:
     """``sft/best/``: the final folder with the chosen checkpoint's weights, sealed, its card saying so."""
     from training.card import record_choice
@@ -111,14 +130,18 @@ def choose_sft(run: Run, state: ChainState, out_dir: Path) -> ChainState:
         return state
     record = read_validation(out_dir)
     if record is None or not (out_dir / BEST / run_folder.FILES).is_file():
-        points = _evaluate_points(run, out_dir)
+        points, stopped = _training_points(run, out_dir) or (_evaluate_points(run, out_dir), None)
         chosen = best_point(points)
         choice = {"split": sec.split, "step": chosen["step"], "steps": points[-1]["step"], "candidates": len(points),
-                  **{k: chosen[k] for k in ("pass_at_1", "stderr", "n_problems", "k")}}  # fmt: skip
+                  **{k: chosen[k] for k in ("pass_at_1", "stderr", "n_problems", "k")},
+                  **({"stopped": stopped["text"]} if stopped else {})}  # fmt: skip
         _write_best(out_dir, chosen, choice)
-        record = {"points": points, "chosen": choice, "reference": sec.reference, "band": sec.band}
+        record = {"points": points, "chosen": choice, "reference": sec.reference, "band": sec.band,
+                  "stopped": stopped}  # fmt: skip
         io.write_json(out_dir / VALIDATION, record)
-    choice = record["chosen"]
+    choice, stopped = record["chosen"], record.get("stopped")
+    if stopped:
+        run.echo(f"[chain] sft: {stopped['text']}")
     run.echo(f"[chain] sft: step {choice['step']} of {choice['steps']} chosen on the {choice['split']} split "
              f"(pass@1 {choice['pass_at_1']:.3f} ± {choice['stderr']:.3f}, the best of "
              f"{choice['candidates']})")  # fmt: skip
@@ -128,7 +151,7 @@ def choose_sft(run: Run, state: ChainState, out_dir: Path) -> ChainState:
                  "this seed, on this machine, landed outside the recipe's band, and what follows will not match "
                  "its figures")  # fmt: skip
     rising = still_rising(record["points"], sec.every)
-    if rising is not None:
+    if rising is not None and (stopped or {}).get("rule") != "plateau":  # the rule saw no gain beyond its noise
         run.echo(
             f"[chain] warning: {choice['split']} pass@1 was still rising at the last step ({rising['step']}: "
             f"{rising['pass_at_1']:.3f}, {choice['steps']}: {choice['pass_at_1']:.3f}): the SFT model is the "

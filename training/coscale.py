@@ -84,14 +84,16 @@ def coscale_solutions(run: Run, state: ChainState) -> ChainState:
 
 def coscale_sft(run: Run, state: ChainState) -> ChainState:
     """SFT of the current model on the unsolvable problems' solutions of this iteration (when the recipe has
-    ``sft`` and there are any)."""
+    ``sft`` and there are any); with ``sft.validation.patience`` it stops at its validation plateau, as the chain's
+    first SFT does (``sft.max_steps`` is a cap, not a step count, on a few hundred rows), and goes on from its last
+    model, within the rule's noise of its best."""
     import polars as pl
 
     folder = run.coscale_dir(state.iteration)
     data = folder / "sft_unsolvable.parquet"
     if run.recipe.sft is None or pl.scan_parquet(data).select(pl.len()).collect().item() == 0:
         return state
-    return sft_step(run, state, f"it{state.iteration}:sft", folder / "sft", data)
+    return sft_step(run, state, f"it{state.iteration}:sft", folder / "sft", data, early_stop=True)
 
 
 def coscale_stages(run: Run, state: ChainState) -> list[StagePlan]:

@@ -86,13 +86,24 @@ class PlanScale:
 @dataclass(frozen=True)
 class SFTValidation:
     """``sft.validation``: the SFT model is the checkpoint that scores best on the validation split, not the last one
-    (issue 36.2; ``training.choose``). Every ``every`` optimizer steps a checkpoint is kept (all of them) and, once
-    training ends, each and the final model are evaluated on ``split`` (``limit`` problems x ``k`` samples at the
-    ``eval`` section's temperature and token budget); the highest pass@1 wins, the later one on a tie (a scarce-trace
-    model sat flat at its guessing floor for 500 steps before it learned the procedure: evaluate to the end, never
-    stop early). ``reference``: the validation pass@1 the recipe's settings reached when they were chosen, and
-    ``band`` how far below it a seed may land (their spread over seeds): a chosen model under ``reference - band``
-    gets one warning line, since its results will not match the recipe's."""
+    (issue 36.2; ``training.choose``). Every ``every`` optimizer steps a checkpoint is kept (all of them) and
+    evaluated on ``split`` (``limit`` problems x ``k`` samples at the ``eval`` section's temperature and token
+    budget); the highest pass@1 wins, the later one on a tie. ``reference``: the validation pass@1 the recipe's
+    settings reached when they were chosen, and ``band`` how far below it a seed may land (their spread over seeds):
+    a chosen model under ``reference - band`` gets one warning line, since its results will not match the recipe's.
+
+    patience / min_delta: the early stop (issue 42.1; ``training.plateau``). With ``patience`` set, each checkpoint
+    is evaluated as it is saved, and SFT stops once ``patience`` evaluations in a row brought no gain over the best
+    point by more than ``min_delta`` times the gain's paired SE; ``sft.max_steps`` is then a cap. None: SFT trains
+    its ``max_steps`` and every checkpoint is evaluated afterwards (a fixed budget: bench_curation's continued SFT at
+    equal CPU). Why the defaults:
+
+    - ``min_delta: 1.0`` (one paired SE): stopping too early costs the rest of the rise (a seed went 0.07 -> 0.31 ->
+      0.65 after its flat start), training a window too long costs ``patience`` evaluations; a one-sided 1-SE test
+      lets a flat curve "gain" by chance about one evaluation in six, which only lengthens training by a window.
+    - ``patience`` has no default: it is a number of evaluations, so it depends on ``every``; the built-in recipes
+      set 3 at ``every: 500`` (``training/recipes/tiny/fastcurl.yaml`` says why).
+    """
 
     every: int = 500
     split: str = "validation"
@@ -100,10 +111,18 @@ class SFTValidation:
     limit: int | None = 150
     reference: float | None = None
     band: float = 0.1
+    patience: int | None = None
+    min_delta: float = 1.0
 
     def __post_init__(self) -> None:
         if self.every < 1 or self.k < 1 or (self.limit is not None and self.limit < 1):
             raise ConfigError("sft.validation: every, k and limit must be >= 1")
+        if self.patience is not None and self.patience < 1:
+            raise ConfigError(f"sft.validation.patience must be >= 1 evaluations (or null: no early stop), "
+                              f"got {self.patience}")  # fmt: skip
+        if self.min_delta < 0:
+            raise ConfigError(f"sft.validation.min_delta must be >= 0 (a multiple of the paired SE), "
+                              f"got {self.min_delta}")  # fmt: skip
         if self.split == "test":
             raise ConfigError("sft.validation.split: choosing the SFT model on the test split would report on the "
                               "problems the choice was made on; use validation")  # fmt: skip

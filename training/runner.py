@@ -194,7 +194,7 @@ def sft(run: Run, state: ChainState) -> ChainState:
     if run.recipe.sft is None:
         return state
     data = run.pinned("sft") or resolve_path(run.ws, run.recipe.sft.data)
-    return sft_step(run, state, "sft", run.run_dir / "sft", data)
+    return sft_step(run, state, "sft", run.run_dir / "sft", data, early_stop=True)
 
 
 def choose(run: Run, state: ChainState) -> ChainState:

@@ -41,7 +41,8 @@ from curate import schema as S
 from curate.config import from_mapping, placement
 from curate.errors import ConfigError, InputError
 from curate.manifest import file_hash, fingerprint, read_manifest
-from training import run_folder
+from training import plateau, run_folder
+from training.plateau import EarlyStop
 
 
 QUARANTINE = "quarantine.parquet"
@@ -342,12 +343,16 @@ def train_sft(
     out_dir: Path,
     kind: str = "sft",
     lineage: Mapping[str, Any] | None = None,
+    validation: EarlyStop | None = None,
 ) -> dict[str, Any]:
     """Fine-tune ``model`` (default ``cfg.model``) on ``data``; write ``out_dir/final`` and return the metrics.
 
     kind / lineage: the model card's kind and extra data lineage (pool, selection, curriculum, solutions table)
-    supplied by the caller; re-distillation passes its own. Raises ``InputError`` when every row is dropped or
-    ``out_dir`` holds a run of other data or settings, ``ConfigError`` for packing without flash-attention.
+    supplied by the caller; re-distillation passes its own. validation: take a validation point at every checkpoint
+    and stop at the plateau (``training.plateau``; ``cfg.max_steps`` is then a cap): the metrics say why it stopped
+    (``stopped``) and what the evaluations cost (``validation_cpu_s``). Raises ``InputError`` when every row is
+    dropped or ``out_dir`` holds a run of other data or settings, ``ConfigError`` for packing without
+    flash-attention.
     """
     import torch
     from accelerate import PartialState
@@ -356,7 +361,8 @@ def train_sft(
     cfg, data, out_dir = _check_inputs(cfg, model, Path(data)), Path(data), Path(out_dir)
     model_name = cfg.model
 
-    identity = {"fingerprint": _fingerprint(cfg, data)}
+    # None for a run without early stop: a folder of a run from before it was an option still binds
+    identity = {"fingerprint": _fingerprint(cfg, data), "early_stop": validation.identity() if validation else None}
     final, ckpt_dir = out_dir / run_folder.FINAL, out_dir / run_folder.CHECKPOINTS
     if run_folder.bind(out_dir, RUN, identity, write=False):
         done = run_folder.finished(out_dir, METRICS)
@@ -382,11 +388,15 @@ def train_sft(
     try:
         last = run_folder.last_checkpoint(ckpt_dir)
         resume = str(last) if last is not None else None
-        if run_folder.at_end(last):  # trained to the end before: the final model is that checkpoint's
+        curve = plateau.catch_up(out_dir, validation, last) if validation is not None and main else None
+        if run_folder.at_end(last) or (curve is not None and curve.stopped()):
+            # trained to the end (or to the plateau) before: the final model is that checkpoint's
             trainer = build_trainer(dataclasses.replace(cfg, model=resume), tokenizer, kept, ckpt_dir)
             trainer.state, mean_loss = run_folder.trainer_state(last), None
         else:
             trainer = build_trainer(cfg, tokenizer, kept, ckpt_dir)
+            if validation is not None:
+                trainer.add_callback(plateau.callback(curve or plateau.Curve(out_dir, validation)))
             mean_loss = float(trainer.train(resume_from_checkpoint=resume).training_loss)
         trainer.save_model(str(final))
         if main:
@@ -411,6 +421,7 @@ def train_sft(
         "device": str(trainer.args.device),  # where it trained, for the card: cuda:0 / cpu
         "precision": "bf16" if trainer.args.bf16 else "float32",
         "wall_s": round(time.perf_counter() - started, 2),
+        **(_stopped(curve, trainer.state) if curve is not None and curve.points else {}),
     }
     if main:
         from curate.solutions.export import answer_check
@@ -434,6 +445,15 @@ def train_sft(
         io.write_json(out_dir / METRICS, metrics)
     trainer.accelerator.wait_for_everyone()
     return metrics
+
+
+def _stopped(curve: plateau.Curve, state: Any) -> dict[str, Any]:
+    """The metrics of a run with early stop: why it stopped (``plateau.why_stopped``) and the CPU seconds its
+    validation points cost over every invocation (the SFT step's CPU includes them; ``bench_curation`` takes them
+    out of its per-step cost)."""
+    early = curve.early
+    why = plateau.why_stopped(curve.verdict(), curve.points, state.max_steps, early.patience, early.min_delta)
+    return {"stopped": why, "validation_cpu_s": round(sum(p.get("cpu_s", 0.0) for p in curve.points), 2)}
 
 
 def read_metrics(out_dir: Path) -> dict[str, Any] | None:

@@ -241,11 +241,13 @@ def step_main(spec_path: Path) -> None:
     spec = step_record(spec_path)
     kind, out = spec["kind"], Path(spec["out"])
     if kind == "sft":
+        from training.plateau import EarlyStop
         from training.sft import load_config, train_sft
 
+        early = EarlyStop.from_spec(spec["validation"]) if spec.get("validation") else None
         result = train_sft(
             load_config(spec["config"]), model=spec["model"], data=Path(spec["data"]), out_dir=out,
-            lineage=spec.get("lineage"),
+            lineage=spec.get("lineage"), validation=early,
         )  # fmt: skip
     elif kind == "rl":
         from training.rl import load_rl_config, train_rl

@@ -126,6 +126,11 @@ def test_each_arm_runs_what_a_user_types(bench, tmp_path):
     # the SFT model curated's RL started from (its best checkpoint on validation), keeping 4 checkpoints to choose from
     assert "sft.max_steps=40" in sftmore and f"model={home / 'runs/curated-seed3/sft/best'}" in sftmore
     assert "sft.validation.every=10" in sftmore
+    assert "sft.validation.patience=null" in sftmore  # equal CPU: all its steps, not stopped at a plateau
+    metrics = home / "runs" / "curated-seed3" / "sft" / "metrics.json"
+    io.write_json(metrics, {"steps": 50, "validation_cpu_s": 50.0})  # half its SFT CPU went to validation points
+    assert bench.baseline_steps(home, 3) == 80  # 80 s of RL over (100 - 50) s / 50 steps
+    io.write_json(metrics, {"steps": 50})
     assert "curriculum=null" in sftmore and "measure=null" in sftmore and "name=tiny-sftmore" in sftmore
     assert final[-2:] == ["--eval-final", str(home / "runs" / "sftmore-seed3")]  # its last model, at equal CPU
     make, check, train, _ = bench.commands("rft", home, 3)

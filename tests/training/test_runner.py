@@ -537,3 +537,50 @@ def test_the_sft_model_is_its_best_checkpoint_on_the_validation_split(tmp_path, 
     assert seen == []  # the choice is read back, nothing evaluated again
     with pytest.raises(ConfigError, match=r"sft\.validation\.split"):
         load_recipe(recipe_path, {"sft.validation.split": "test"})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_chains_sft_stops_at_its_validation_plateau_and_says_why(tmp_path, monkeypatch):
+    """``sft.validation.patience`` (issue 42.1): the SFT step evaluates each checkpoint on the validation split as
+    it saves it and stops when the best point went ``patience`` evaluations without a gain over its paired SE, far
+    below its ``max_steps`` cap (the from-scratch tiny model stays at its floor); the chain prints the curve and why
+    it stopped, keeps the best point as ``sft/best`` (its card says why training ended) without evaluating any
+    checkpoint again, and a rerun reads it all back. A bad patience fails at load."""
+    import training.evaluate as evaluate_mod
+    from training.runner import run_chain
+
+    real, seen = evaluate_mod.evaluate, []
+
+    def spy(model_dir, problems, cfg, **kw):  # the chain's own evaluations (the SFT step's are in its process)
+        seen.append(Path(model_dir).name)
+        return real(model_dir, problems, cfg, **kw)
+
+    monkeypatch.setattr(evaluate_mod, "evaluate", spy)
+    sft = {"data": "solutions/t/sft.parquet", "learning_rate": 1e-3, "max_steps": 40, "per_device_batch_size": 8,
+           "max_length": 256, "gradient_checkpointing": False,
+           "validation": {"every": 2, "k": 1, "limit": 4, "patience": 2}}  # fmt: skip
+    recipe_path = write_tiny_chain(tmp_path, name="p", curriculum=None, sft=sft,
+                                   eval={"split": "validation", "k": 1, "limit": 4, "max_new_tokens": 16})  # fmt: skip
+    lines: list[str] = []
+    out = run_chain(load_recipe(recipe_path), home=tmp_path / "ws", echo=lines.append)
+    sft_dir = Path(out["run_dir"]) / "sft"
+    record = json.loads((sft_dir / "validation.json").read_text())
+    steps = [p["step"] for p in record["points"]]
+    stopped = record["stopped"]
+    assert stopped["rule"] == "plateau" and steps[-1] == stopped["step"] < 40 and stopped["waited"] == 2
+    assert steps == list(range(2, steps[-1] + 1, 2))
+    assert json.loads((sft_dir / "metrics.json").read_text())["steps"] == steps[-1]
+    assert record["chosen"]["step"] == max(record["points"], key=lambda p: (p["pass_at_1"], p["step"]))["step"]
+    assert [line for line in lines if re.match(r"\[chain\] sft: validation pass@1 at step \d+: ", line)]
+    why = f"[chain] sft: stopped at step {steps[-1]} of at most 40: no gain over the best (step {stopped['best']}"
+    assert any(line.startswith(why) and line.endswith("by more than its paired SE in 2 evaluations") for line in lines)
+    assert not any("still rising" in line for line in lines)
+    card = " ".join((sft_dir / "best" / "README.md").read_text().split())
+    assert f"SFT stopped at step {steps[-1]} of at most 40" in card
+    assert not [name for name in seen if name.startswith("checkpoint-") or name == "final"]  # none evaluated again
+    again: list[str] = []
+    run_chain(load_recipe(recipe_path), home=tmp_path / "ws", echo=again.append)
+    assert any(line.startswith(why) for line in again)
+    with pytest.raises(ConfigError, match=r"sft\.validation\.patience"):
+        load_recipe(recipe_path, {"sft.validation.patience": 0})
