@@ -124,7 +124,8 @@ def gain_over_sft(run: Run) -> dict[str, Any] | None:
         return None
     grouping = None
     if sec.by:
-        grouping = groups(heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit), sec.by)
+        heldout = heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit, sources=sec.sources)
+        grouping = groups(heldout, sec.by)
     gain = paired(run.run_dir, rl_steps[-1], "sft", grouping=grouping)
     if gain is None:
         return None

@@ -145,6 +145,10 @@ class EvalSection(EvalConfig):
     problems (``level``, ``difficulty``, ``subject`` or ``meta.<key>``, e.g. ``meta.ops``: the arithmetic chains'
     length). temperatures: more sampling temperatures at which each trained model is also evaluated (e.g. the RL
     rollouts' temperature beside ``temperature``, the one a user samples at), each with its own paired gain.
+    sources: only the held-out problems first read from these ingest sources (None: the whole split), for both
+    splits at once (e.g. ``[tiny/validation, tiny/test]``; ``split`` picks one): a band added to a split as a new
+    source (the built-in pool's frontier) leaves a recipe that names the old ones scoring the same problems. The
+    SFT model's validation (``sft.validation``) reads the same sources.
     """
 
     split: str = "test"
@@ -153,6 +157,7 @@ class EvalSection(EvalConfig):
     init_limit: int | None = None
     by: str | None = None
     temperatures: list[float] = field(default_factory=list)
+    sources: list[str] | None = None
 
     def config(self, limit: int | None = None) -> EvalConfig:
         """The ``EvalConfig`` of one evaluation (``limit`` overrides the section's)."""

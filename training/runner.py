@@ -108,7 +108,7 @@ def _eval(
     sec = run.recipe.eval
     if limit is None:
         limit = sec.init_limit if save_as == "init" and sec.init_limit is not None else sec.limit
-    heldout = heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=limit)
+    heldout = heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=limit, sources=sec.sources)
     result = evaluate(model_dir, heldout, sec.config(limit), progress=True)
     out = {k: result[k] for k in ("pass_at_1", "stderr", "n_problems", "k", "warning") if k in result}
     if save_as is None:
@@ -519,7 +519,8 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
         step("curation", curation, run)
     from training.evaluate import heldout_problems
 
-    heldout_problems(run.ws, recipe.pool, split=recipe.eval.split, limit=recipe.eval.limit)  # fails before training
+    ev = recipe.eval
+    heldout_problems(run.ws, recipe.pool, split=ev.split, limit=ev.limit, sources=ev.sources)  # fails before training
     if recipe.measure is None:
         run.stages()  # validated before any model work (with ``measure`` the curriculum is built after SFT)
 
