@@ -217,20 +217,45 @@ def measured_answers(ws: io.Workspace, pool: str, model: str, ids: Sequence[str]
     return {pid: round(t) for pid, t in zip(per[S.PROBLEM_ID], per["tokens"], strict=True) if t is not None}
 
 
-def context_fit(stages: Sequence[StagePlan], answers: Mapping[str, int]) -> list[dict[str, Any]]:
-    """Per stage, how many of its prompts' measured answers (``measured_answers``) exceed its context
-    (``max_completion_length``): FastCuRL's first stage scaled to 128 tokens cut every 8-operation answer (~137
-    tokens) of the built-in pool, so RL there could never earn a reward on the prompts it was meant to train on.
-    Each record: stage, context, prompts, measured, over, share (of the measured; None without any)."""
+def reference_answers(ws: io.Workspace, pool: str, model_dir: str, ids: Sequence[str]) -> dict[str, int]:
+    """Each prompt's reference solution (the problems table's ``solution``) in ``model_dir``'s tokens, plus the end
+    of turn: what an answer costs when no sample of it was measured. Empty without a local tokenizer or solutions."""
     import polars as pl
 
     from curate import schema as S
 
+    path = ws.table(pool, "problems")
+    if not (Path(model_dir) / "tokenizer_config.json").is_file() or not path.is_file() or not ids:
+        return {}
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    rows = io.read_parquet(path).filter(pl.col(S.PROBLEM_ID).is_in(pl.Series(list(ids), dtype=pl.String).implode()))
+    rows = rows.filter(pl.col(S.SOLUTION).fill_null("") != "")
+    lengths = [len(t) + 1 for t in tok(rows[S.SOLUTION].to_list())["input_ids"]] if rows.height else []
+    return dict(zip(rows[S.PROBLEM_ID].to_list(), lengths, strict=True))
+
+
+def stage_ids(stage: StagePlan) -> list[str]:
+    """The problem ids of a stage's prompts (its shard's ``problem_id``; none when the file has no such column)."""
+    import polars as pl
+
+    from curate import schema as S
+
+    if not stage.shard.is_file() or S.PROBLEM_ID not in pl.read_parquet_schema(stage.shard):
+        return []
+    return pl.read_parquet(stage.shard, columns=[S.PROBLEM_ID])[S.PROBLEM_ID].to_list()
+
+
+def context_fit(stages: Sequence[StagePlan], answers: Mapping[str, int]) -> list[dict[str, Any]]:
+    """Per stage, how many of its prompts' measured answers (``measured_answers``, else ``reference_answers``)
+    exceed its context (``max_completion_length``): FastCuRL's first stage scaled to 128 tokens cut every
+    8-operation answer (~137 tokens) of the built-in pool, so RL there could never earn a reward on the prompts it
+    was meant to train on. Each record: stage, context, prompts, measured, over, share (of the measured; None
+    without any)."""
     out = []
     for stage in stages:
-        ids: list[str] = []
-        if stage.shard.is_file() and S.PROBLEM_ID in pl.read_parquet_schema(stage.shard):
-            ids = pl.read_parquet(stage.shard, columns=[S.PROBLEM_ID])[S.PROBLEM_ID].to_list()
+        ids = stage_ids(stage)
         lengths = [answers[pid] for pid in ids if pid in answers]
         over = sum(t > stage.rl.max_completion_length for t in lengths)
         share = round(over / len(lengths), 4) if lengths else None
@@ -239,17 +264,19 @@ def context_fit(stages: Sequence[StagePlan], answers: Mapping[str, int]) -> list
     return out
 
 
-def fit_lines(fits: Sequence[Mapping[str, Any]]) -> list[str]:
+def fit_lines(fits: Sequence[Mapping[str, Any]], what: str = "measured") -> list[str]:
     """One line per stage (``context_fit``): the share of its prompts' answers over its context, as a warning when
-    any are (the stage truncates the band it trains), or that none of its prompts was measured."""
+    any are (the stage truncates the band it trains), or that none of its prompts has an answer to measure.
+    ``what``: ``measured`` (samples of the starting model) or ``reference`` (the reference solutions)."""
     lines = []
     for f in fits:
         if not f["measured"]:
-            lines.append(f"{f['stage']}: none of its {f['prompts']} prompts has measured answers to set against its "
-                         f"{f['context']}-token context (no `measure`)")  # fmt: skip
+            lines.append(f"{f['stage']}: none of its {f['prompts']} prompts has a measured or reference answer to "
+                         f"set against its {f['context']}-token context")  # fmt: skip
             continue
         whose = f"{f['prompts']} prompts'" if f["measured"] == f["prompts"] else (
             f"{f['measured']} measured prompts' (of {f['prompts']})")  # fmt: skip
-        text = f"{f['stage']}: {f['share']:.0%} of its {whose} answers exceed its {f['context']}-token context"
+        answers = "answers" if what == "measured" else "reference answers (none measured)"
+        text = f"{f['stage']}: {f['share']:.0%} of its {whose} {answers} exceed its {f['context']}-token context"
         lines.append(f"warning: {text} ({f['over']}): it truncates what it trains on" if f["over"] else text)
     return lines

@@ -87,7 +87,16 @@ from training.groups import PARALLEL, from_base, group_mode, group_record, merge
 from training.measure import forecast_waste, measure
 from training.outcome import checkpoint_eval, fit_and_plot, keep_eval, report, write_summary
 from training.packaged import model_folder, packaged_name
-from training.plan import StagePlan, context_fit, fit_lines, measured_answers, rl_step_name, sequential_note
+from training.plan import (
+    StagePlan,
+    context_fit,
+    fit_lines,
+    measured_answers,
+    reference_answers,
+    rl_step_name,
+    sequential_note,
+    stage_ids,
+)
 from training.recipe import RunRecipe, resolve_path, stage_rl
 from training.step import RUNNING, run_step, stamp_lineage
 
@@ -457,16 +466,21 @@ def _rl_passes(run: Run, step: Call, state: ChainState) -> ChainState:
 
 def context_fit_note(run: Run, state: ChainState, stages: list[StagePlan]) -> list[dict[str, Any]]:
     """Before the first RL step, per stage, the share of its prompts whose measured answers (``measure``'s samples
-    of the starting model, ``training.plan.context_fit``) exceed its context: one line each, a warning where a stage
-    would truncate the band it trains; kept as the ``context`` note of ``chain.json``."""
+    of the starting model, else its tokens of their reference solutions; ``training.plan.context_fit``) exceed its
+    context: one line each, a warning where a stage would truncate the band it trains; kept as the ``context`` note
+    of ``chain.json``."""
     if not stages:
         return []
     measured = run.chain().note("measure", "sft")
     model = measured["ledger_model"] if measured else run.measured_model(state.model)
-    fits = context_fit(stages, measured_answers(run.ws, run.recipe.pool, model))
-    for line in fit_lines(fits):
+    answers, what = measured_answers(run.ws, run.recipe.pool, model), "measured"
+    if not answers:  # no sample of the starting model: its tokens of the prompts' reference solutions
+        ids = sorted({pid for stage in stages for pid in stage_ids(stage)})
+        answers, what = reference_answers(run.ws, run.recipe.pool, state.model, ids), "reference"
+    fits = context_fit(stages, answers)
+    for line in fit_lines(fits, what):
         run.echo(f"[chain] {line}")
-    run.chain().note("context", "rl", {"model": model, "stages": fits})
+    run.chain().note("context", "rl", {"model": model, "answers": what, "stages": fits})
     return fits
 
 

@@ -13,7 +13,7 @@ import polars as pl
 
 from curate import schema as S
 from curate.rollout import ledger
-from training.plan import context_fit, fit_lines, measured_answers, rl_stages
+from training.plan import context_fit, fit_lines, measured_answers, reference_answers, rl_stages
 from training.recipe import load_recipe
 
 
@@ -74,5 +74,30 @@ def test_a_stage_whose_prompts_were_never_measured_says_so(ws):
     assert measured_answers(ws, POOL, "never-sampled") == {}
     fits = context_fit(rl_stages(plan, ws.root / "c"), {})
     assert fit_lines(fits) == [
-        "rl: none of its 3 prompts has measured answers to set against its 100-token context (no `measure`)"
+        "rl: none of its 3 prompts has a measured or reference answer to set against its 100-token context"
     ]
+
+
+def test_without_measured_samples_the_reference_solutions_in_the_models_tokens_stand_for_the_answers(ws, tmp_path):
+    """A recipe without ``measure`` (one RL stage over a prompt file) still hears whether its context fits: the
+    prompts' reference solutions, in the starting model's tokenizer, plus the end of turn."""
+    from curate import io
+    from curate.ingest.generate import generate
+    from training.tiny import build_tokenizer
+
+    problems = list(generate(6, seed=0, family="arith", min_level=1, max_level=1, min_ops=2, max_ops=12))
+    ids = [S.problem_id(p["problem"]) for p in problems]
+    table = pl.DataFrame({S.PROBLEM_ID: ids, S.PROBLEM: [p["problem"] for p in problems],
+                          S.SOLUTION: [p["solution"] for p in problems]})  # fmt: skip
+    io.write_parquet(table, ws.table(POOL, "problems"))
+    tok = build_tokenizer([p["solution"] for p in generate(50, seed=1, family="arith")], 300)
+    tok.save_pretrained(tmp_path / "model")
+    want = {pid: len(tok(p["solution"])["input_ids"]) + 1 for pid, p in zip(ids, problems, strict=True)}
+    got = reference_answers(ws, POOL, str(tmp_path / "model"), [*ids, "unknown"])
+    assert got == want
+    context = sorted(want.values())[3]  # half of them longer
+    plan = _plan(ws.root / "c", {"rl": ids}, {"rl": context})
+    line = fit_lines(context_fit(rl_stages(plan, ws.root / "c"), got), "reference")[0]
+    assert line == (f"warning: rl: 33% of its 6 prompts' reference answers (none measured) exceed its {context}-token "
+                    "context (2): it truncates what it trains on")  # fmt: skip
+    assert reference_answers(ws, POOL, str(tmp_path / "no-model"), ids) == {}
