@@ -123,7 +123,8 @@ def _eval(
     if save_as is None:
         return out
     keep_eval(run.run_dir, save_as, result)
-    if others and (save_as != "init" or run.recipe.model != "tiny"):  # a model built from scratch scores 0 at any
+    start = run.recipe.sft is None and run.recipe.model != "tiny"  # a start SFT'd elsewhere: RL's baseline
+    if others and (save_as != "init" or start):  # at other temperatures (a from-scratch model scores 0 at any)
         for temperature in sec.temperatures:
             cfg = dataclasses.replace(sec.config(limit), temperature=temperature)
             other = evaluate(model_dir, heldout, cfg, progress=True)
