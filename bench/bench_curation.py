@@ -140,7 +140,7 @@ def evaluate_final(run: Path, home: Path) -> None:
 
     recipe = read_recipe(run)
     sec = from_mapping(EvalSection, recipe["eval"], "eval")
-    problems = heldout_problems(Workspace(home), recipe["pool"], split=sec.split, limit=sec.limit)
+    problems = heldout_problems(Workspace(home), recipe["pool"], split=sec.split, limit=sec.limit, sources=sec.sources)
     for temperature in (None, *sec.temperatures):  # as the chain evaluates a last model: at each temperature
         cfg = sec.config(sec.limit)
         cfg = cfg if temperature is None else dataclasses.replace(cfg, temperature=temperature)

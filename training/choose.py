@@ -71,7 +71,7 @@ def _evaluate_points(run: Run, out_dir: Path) -> list[dict[str, Any]]:
     from training.sft import read_metrics
 
     sec, ev = run.recipe.sft.validation, run.recipe.eval
-    problems = heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit)
+    problems = heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit, sources=ev.sources)
     cfg = dataclasses.replace(ev.config(sec.limit), k=sec.k)
     last = int(read_metrics(out_dir)["steps"])
     candidates = {run_folder.checkpoint_step(c): c for c in run_folder.checkpoints(out_dir / run_folder.CHECKPOINTS)}

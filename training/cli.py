@@ -68,6 +68,10 @@ def eval_(
     split: Annotated[str, typer.Option(help="Split of the pool's problems to evaluate on.")] = "test",
     k: Annotated[int | None, typer.Option(help="Samples per problem (pass@1 = mean@k). [default: 4]")] = None,
     limit: Annotated[int | None, typer.Option(help="At most this many problems (the first by problem_id).")] = None,
+    source: Annotated[
+        list[str] | None,
+        typer.Option(metavar="NAME", help="Only problems first read from this ingest source (repeatable)."),
+    ] = None,
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature. [default: 0.6]")] = None,
     top_p: Annotated[float | None, typer.Option(help="Nucleus sampling. [default: 1.0]")] = None,
     max_new_tokens: Annotated[int | None, typer.Option(help="Generation budget per sample. [default: 4096]")] = None,
@@ -99,7 +103,7 @@ def eval_(
         if not model_dir.is_dir():
             raise InputError(f"{model_dir} is not a model folder")
         check_model(model_dir)  # no config.json, a damaged one, or damaged weights: one line
-    problems = heldout_problems(home, pool, split=split, limit=limit)
+    problems = heldout_problems(home, pool, split=split, limit=limit, sources=source or None)
     given = {"k": k, "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens,
              "batch_size": batch_size, "seed": seed, "device": device, "threads": threads}  # fmt: skip
     if base_url is not None:

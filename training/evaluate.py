@@ -116,9 +116,15 @@ class EvalConfig:
 
 # --------------------------------------------------------------------------------------------------- problems
 def heldout_problems(
-    workspace: io.Workspace | str | Path | None, pool: str, split: str = "test", limit: int | None = None
+    workspace: io.Workspace | str | Path | None,
+    pool: str,
+    split: str = "test",
+    limit: int | None = None,
+    sources: Sequence[str] | None = None,
 ) -> pl.DataFrame:
-    """The pool's problems of one split (default ``test``, never the training problems), sorted by problem_id."""
+    """The pool's problems of one split (default ``test``, never the training problems), sorted by problem_id;
+    ``sources``: only those first read from these ingest sources (a band added to a split as a new source then
+    leaves a ``limit`` over the others choosing the same problems as before it existed)."""
     ws = workspace if isinstance(workspace, io.Workspace) else io.Workspace.resolve(workspace)
     df = io.read_parquet(ws.require_pool(pool))
     if S.SPLIT not in df.columns:
@@ -127,6 +133,12 @@ def heldout_problems(
     df = df.filter(pl.col(S.SPLIT) == split)
     if df.is_empty():
         raise InputError(f"pool {pool!r} has no {split!r} problems (splits present: {have or 'none'})")
+    if sources is not None:
+        named = sorted(df[S.SOURCE].drop_nulls().unique().to_list()) if S.SOURCE in df.columns else []
+        df = df.filter(pl.col(S.SOURCE).is_in(list(sources))) if S.SOURCE in df.columns else df.clear()
+        if df.is_empty():
+            raise InputError(f"pool {pool!r} has no {split!r} problems from sources {list(sources)} "
+                             f"(its {split!r} sources: {named or 'none'})")  # fmt: skip
     cols = [c for c in (S.PROBLEM_ID, S.PROBLEM, S.ANSWER, S.ANSWER_ALTERNATIVES, S.LEVEL, S.META) if c in df.columns]
     df = df.select(cols).sort(S.PROBLEM_ID)
     return df.head(limit) if limit is not None else df

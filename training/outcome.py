@@ -114,22 +114,25 @@ def paired(
 def gain_over_sft(run: Run) -> dict[str, Any] | None:
     """The last RL model against the SFT model on the same held-out problems (``paired``): the figure a user asks
     of the chain, "did RL beat SFT, by how many standard errors?", at the eval temperature and at each of
-    ``eval.temperatures``, per ``eval.by`` group. None without both."""
+    ``eval.temperatures``, per ``eval.by`` group; in a recipe without ``sft`` whose model was SFT'd elsewhere (RL
+    from SFT's plateau), against that starting model (``init``). None without both."""
     from training.evaluate import groups, heldout_problems
 
     sec = run.recipe.eval
     rl_steps = [r["step"] for r in run.chain().steps if "rl_steps" in r]
     rl_steps = [step for step in rl_steps if eval_path(run.run_dir, step).is_file()]
-    if not rl_steps or not eval_path(run.run_dir, "sft").is_file():
+    start = "sft" if run.recipe.sft is not None or run.recipe.model == "tiny" else "init"  # a model SFT'd elsewhere
+    if not rl_steps or not eval_path(run.run_dir, start).is_file():
         return None
     grouping = None
     if sec.by:
-        grouping = groups(heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit), sec.by)
-    gain = paired(run.run_dir, rl_steps[-1], "sft", grouping=grouping)
+        heldout = heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit, sources=sec.sources)
+        grouping = groups(heldout, sec.by)
+    gain = paired(run.run_dir, rl_steps[-1], start, grouping=grouping)
     if gain is None:
         return None
-    out = {"after": rl_steps[-1], "before": "sft", "temperature": sec.temperature, **gain}
-    others = {str(t): paired(run.run_dir, rl_steps[-1], "sft", t, grouping=grouping) for t in sec.temperatures}
+    out = {"after": rl_steps[-1], "before": start, "temperature": sec.temperature, **gain}
+    others = {str(t): paired(run.run_dir, rl_steps[-1], start, t, grouping=grouping) for t in sec.temperatures}
     if any(others.values()):
         out["at_temperature"] = {t: g for t, g in others.items() if g}
     return out
@@ -181,8 +184,8 @@ def _echo_gain(run: Run, gain: Mapping[str, Any]) -> None:
     """RL against SFT on the same held-out problems, at each temperature, per group."""
     at = [(gain["temperature"], gain), *((float(t), g) for t, g in gain.get("at_temperature", {}).items())]
     for temperature, g in at:
-        run.echo(f"[chain] {gain['after']} vs sft on the same {g['n_problems']} held-out problems at "
-                 f"T={temperature:g}: {g['before_rate']:.3f} -> {g['after_rate']:.3f}, {g['gain']:+.3f} ± "
+        run.echo(f"[chain] {gain['after']} vs {gain.get('before', 'sft')} on the same {g['n_problems']} held-out "
+                 f"problems at T={temperature:g}: {g['before_rate']:.3f} -> {g['after_rate']:.3f}, {g['gain']:+.3f} ± "
                  f"{g['stderr']:.3f} (paired SE), z = {g['z']:.1f}")  # fmt: skip
         for group, gg in (g.get("by") or {}).items():
             run.echo(f"[chain]   {run.recipe.eval.by} {group}: {gg['before_rate']:.3f} -> {gg['after_rate']:.3f}, "

@@ -11,7 +11,9 @@ so a stage's settings are one validated ``RLConfig`` from here to the step's pro
     (``RunRecipe.run_settings``: ``eval.every``)
 
 The recipe's own sections are checked when it loads (``training.recipe``); the plan's stage names and values are
-checked here, as soon as the curriculum exists, before the first stage trains.
+checked here, as soon as the curriculum exists, before the first stage trains. So is whether each stage's context
+fits what it trains on (``context_fit``: the share of its prompts whose measured answers, the ledger's samples of the
+model ``measure`` sampled, are longer than its ``max_completion_length``; ``fit_lines`` says it per stage).
 
 >>> plan = {"stages": [{"stage": "stage1", "shard": "stage1.parquet", "rows": 10, "n": 8, "prompt_batch": 128,
 ...     "steps": 160, "max_response_length": 8192, "use_kl_loss": True, "kl_loss_coef": 0.001}]}
@@ -191,3 +193,90 @@ def rl_step_name(stage: StagePlan, iteration: int = 0) -> str:
     ``rl:<stage>@n<N>`` for a later rung of the stage's rollout ladder."""
     rung = f"@n{stage.rl.num_generations}" if stage.rung else ""
     return f"{f'it{iteration}:' if iteration else ''}rl:{stage.name}{rung}"
+
+
+# --------------------------------------------------------------------------------------------------- context fit
+def measured_answers(ws: io.Workspace, pool: str, model: str, ids: Sequence[str] | None = None) -> dict[str, int]:
+    """Each measured prompt's answer length in tokens, from the ``model``'s samples in the pool's ledger: the median
+    ``completion_tokens`` of its correct samples, else of all of them (a never-solved prompt's samples, cut at the
+    rollout's cap). Empty when the ledger has none."""
+    import polars as pl
+
+    from curate import schema as S
+    from curate.rollout import ledger
+
+    if not ws.ledger_dir(pool, model).is_dir():
+        return {}
+    samples = ledger.read(ws, pool, model, columns=[S.PROBLEM_ID, S.CORRECT, S.COMPLETION_TOKENS])
+    if ids is not None:
+        samples = samples.filter(pl.col(S.PROBLEM_ID).is_in(pl.Series(list(ids), dtype=pl.String).implode()))
+    tokens = pl.col(S.COMPLETION_TOKENS)
+    per = samples.group_by(S.PROBLEM_ID).agg(
+        pl.coalesce(tokens.filter(pl.col(S.CORRECT)).median(), tokens.median()).alias("tokens")
+    )
+    return {pid: round(t) for pid, t in zip(per[S.PROBLEM_ID], per["tokens"], strict=True) if t is not None}
+
+
+def reference_answers(ws: io.Workspace, pool: str, model_dir: str, ids: Sequence[str]) -> dict[str, int]:
+    """Each prompt's reference solution (the problems table's ``solution``) in ``model_dir``'s tokens, plus the end
+    of turn: what an answer costs when no sample of it was measured. Empty without a local tokenizer or solutions."""
+    import polars as pl
+
+    from curate import schema as S
+
+    path = ws.table(pool, "problems")
+    if not (Path(model_dir) / "tokenizer_config.json").is_file() or not path.is_file() or not ids:
+        return {}
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    rows = io.read_parquet(path).filter(pl.col(S.PROBLEM_ID).is_in(pl.Series(list(ids), dtype=pl.String).implode()))
+    rows = rows.filter(pl.col(S.SOLUTION).fill_null("") != "")
+    lengths = [len(t) + 1 for t in tok(rows[S.SOLUTION].to_list())["input_ids"]] if rows.height else []
+    return dict(zip(rows[S.PROBLEM_ID].to_list(), lengths, strict=True))
+
+
+def stage_ids(stage: StagePlan) -> list[str]:
+    """The problem ids of a stage's prompts (its shard's ``problem_id``; none when the file has no such column)."""
+    import polars as pl
+
+    from curate import schema as S
+
+    if not stage.shard.is_file() or S.PROBLEM_ID not in pl.read_parquet_schema(stage.shard):
+        return []
+    return pl.read_parquet(stage.shard, columns=[S.PROBLEM_ID])[S.PROBLEM_ID].to_list()
+
+
+def context_fit(stages: Sequence[StagePlan], answers: Mapping[str, int]) -> list[dict[str, Any]]:
+    """Per stage, how many of its prompts' measured answers (``measured_answers``, else ``reference_answers``)
+    exceed its context (``max_completion_length``): FastCuRL's first stage scaled to 128 tokens cut every
+    8-operation answer (~137 tokens) of the built-in pool, so RL there could never earn a reward on the prompts it
+    was meant to train on. Each record: stage, context, prompts, measured, over, share (of the measured; None
+    without any)."""
+    out = []
+    for stage in stages:
+        ids = stage_ids(stage)
+        lengths = [answers[pid] for pid in ids if pid in answers]
+        over = sum(t > stage.rl.max_completion_length for t in lengths)
+        share = round(over / len(lengths), 4) if lengths else None
+        record = {"stage": stage.name, "context": stage.rl.max_completion_length, "prompts": len(ids)}
+        out.append({**record, "measured": len(lengths), "over": over, "share": share})
+    return out
+
+
+def fit_lines(fits: Sequence[Mapping[str, Any]], what: str = "measured") -> list[str]:
+    """One line per stage (``context_fit``): the share of its prompts' answers over its context, as a warning when
+    any are (the stage truncates the band it trains), or that none of its prompts has an answer to measure.
+    ``what``: ``measured`` (samples of the starting model) or ``reference`` (the reference solutions)."""
+    lines = []
+    for f in fits:
+        if not f["measured"]:
+            lines.append(f"{f['stage']}: none of its {f['prompts']} prompts has a measured or reference answer to "
+                         f"set against its {f['context']}-token context")  # fmt: skip
+            continue
+        whose = f"{f['prompts']} prompts'" if f["measured"] == f["prompts"] else (
+            f"{f['measured']} measured prompts' (of {f['prompts']})")  # fmt: skip
+        answers = "answers" if what == "measured" else "reference answers (none measured)"
+        text = f"{f['stage']}: {f['share']:.0%} of its {whose} {answers} exceed its {f['context']}-token context"
+        lines.append(f"warning: {text} ({f['over']}): it truncates what it trains on" if f["over"] else text)
+    return lines

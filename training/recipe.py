@@ -165,6 +165,12 @@ class EvalSection(EvalConfig):
     problems (``level``, ``difficulty``, ``subject`` or ``meta.<key>``, e.g. ``meta.ops``: the arithmetic chains'
     length). temperatures: more sampling temperatures at which each trained model is also evaluated (e.g. the RL
     rollouts' temperature beside ``temperature``, the one a user samples at), each with its own paired gain.
+    every_temperatures: evaluate each ``every`` checkpoint at ``temperatures`` too (default: only at ``temperature``;
+    the curve stays at ``temperature``, the others' tables are kept beside it).
+    sources: only the held-out problems first read from these ingest sources (None: the whole split), for both
+    splits at once (e.g. ``[tiny/validation, tiny/test]``; ``split`` picks one): a band added to a split as a new
+    source (the built-in pool's frontier) leaves a recipe that names the old ones scoring the same problems. The
+    SFT model's validation (``sft.validation``) reads the same sources.
     """
 
     split: str = "test"
@@ -173,6 +179,8 @@ class EvalSection(EvalConfig):
     init_limit: int | None = None
     by: str | None = None
     temperatures: list[float] = field(default_factory=list)
+    every_temperatures: bool = False
+    sources: list[str] | None = None
 
     def config(self, limit: int | None = None) -> EvalConfig:
         """The ``EvalConfig`` of one evaluation (``limit`` overrides the section's)."""

@@ -87,7 +87,16 @@ from training.groups import PARALLEL, from_base, group_mode, group_record, merge
 from training.measure import forecast_waste, measure
 from training.outcome import checkpoint_eval, fit_and_plot, keep_eval, report, write_summary
 from training.packaged import model_folder, packaged_name
-from training.plan import StagePlan, rl_step_name, sequential_note
+from training.plan import (
+    StagePlan,
+    context_fit,
+    fit_lines,
+    measured_answers,
+    reference_answers,
+    rl_step_name,
+    sequential_note,
+    stage_ids,
+)
 from training.recipe import RunRecipe, resolve_path, stage_rl
 from training.step import RUNNING, run_step, stamp_lineage
 
@@ -108,13 +117,14 @@ def _eval(
     sec = run.recipe.eval
     if limit is None:
         limit = sec.init_limit if save_as == "init" and sec.init_limit is not None else sec.limit
-    heldout = heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=limit)
+    heldout = heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=limit, sources=sec.sources)
     result = evaluate(model_dir, heldout, sec.config(limit), progress=True)
     out = {k: result[k] for k in ("pass_at_1", "stderr", "n_problems", "k", "warning", "sampler") if k in result}
     if save_as is None:
         return out
     keep_eval(run.run_dir, save_as, result)
-    if others and save_as != "init":  # the other temperatures (a model built from scratch scores 0 at any)
+    start = run.recipe.sft is None and run.recipe.model != "tiny"  # a start SFT'd elsewhere: RL's baseline
+    if others and (save_as != "init" or start):  # at other temperatures (a from-scratch model scores 0 at any)
         for temperature in sec.temperatures:
             cfg = dataclasses.replace(sec.config(limit), temperature=temperature)
             other = evaluate(model_dir, heldout, cfg, progress=True)
@@ -289,7 +299,8 @@ def evaluate_model(run: Run, state: ChainState, last: bool = True, curve: bool =
             step = run_folder.checkpoint_step(ckpt)
             if step >= p["rl_steps"]:
                 continue
-            ev = _eval(ckpt, run, save_as=checkpoint_eval(p["step"], step), others=False, limit=every_limit)
+            others = run.recipe.eval.every_temperatures
+            ev = _eval(ckpt, run, save_as=checkpoint_eval(p["step"], step), others=others, limit=every_limit)
             append_eval(run.run_dir, p["offset_step"] + step, p["offset_compute"] + compute.get(step, step), ev)
             run.echo(f"[chain]   {p['step']} step {step}: pass@1 = {ev['pass_at_1']:.3f} ± {ev['stderr']:.3f}")
     # ``eval.temperatures`` where the chain's comparison reads them: every step but an RL stage a later one follows
@@ -439,6 +450,7 @@ def _rl_passes(run: Run, step: Call, state: ChainState) -> ChainState:
     ``decide.coscale_iterations`` allows."""
     recipe = run.recipe
     stages = run.stages()
+    context_fit_note(run, state, stages)
     mode = group_mode(recipe, stages)
     if note := sequential_note(stages, mode):
         run.echo(f"[chain] note: {note}")
@@ -451,6 +463,26 @@ def _rl_passes(run: Run, step: Call, state: ChainState) -> ChainState:
         state = step(f"it{state.iteration}:solutions", coscale_solutions, run, state)
         state = step(f"it{state.iteration}:sft", coscale_sft, run, state)
         state = step(f"eval it{state.iteration}:sft", evaluate_model, run, state)
+
+
+def context_fit_note(run: Run, state: ChainState, stages: list[StagePlan]) -> list[dict[str, Any]]:
+    """Before the first RL step, per stage, the share of its prompts whose measured answers (``measure``'s samples
+    of the starting model, else its tokens of their reference solutions; ``training.plan.context_fit``) exceed its
+    context: one line each, a warning where a stage would truncate the band it trains; kept as the ``context`` note
+    of ``chain.json``."""
+    if not stages:
+        return []
+    measured = run.chain().note("measure", "sft")
+    model = measured["ledger_model"] if measured else run.measured_model(state.model)
+    answers, what = measured_answers(run.ws, run.recipe.pool, model), "measured"
+    if not answers:  # no sample of the starting model: its tokens of the prompts' reference solutions
+        ids = sorted({pid for stage in stages for pid in stage_ids(stage)})
+        answers, what = reference_answers(run.ws, run.recipe.pool, state.model, ids), "reference"
+    fits = context_fit(stages, answers)
+    for line in fit_lines(fits, what):
+        run.echo(f"[chain] {line}")
+    run.chain().note("context", "rl", {"model": model, "answers": what, "stages": fits})
+    return fits
 
 
 def _rl_pass(run: Run, step: Call, state: ChainState, todo: list[StagePlan], parallel: bool) -> ChainState:
@@ -519,7 +551,8 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
         step("curation", curation, run)
     from training.evaluate import heldout_problems
 
-    heldout_problems(run.ws, recipe.pool, split=recipe.eval.split, limit=recipe.eval.limit)  # fails before training
+    ev = recipe.eval
+    heldout_problems(run.ws, recipe.pool, split=ev.split, limit=ev.limit, sources=ev.sources)  # fails before training
     if recipe.measure is None:
         run.stages()  # validated before any model work (with ``measure`` the curriculum is built after SFT)
 

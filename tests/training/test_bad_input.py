@@ -164,10 +164,13 @@ def test_every_verb_fails_through_run_app_alone(tmp_path, capsys):
     io.write_parquet(pl.DataFrame({"problem_id": ["a"], "problem": ["1+1"], "answer": ["2"], "split": ["train"]}),
                      tmp_path / "ws" / "pools" / "p" / "problems.parquet")  # fmt: skip
     (tmp_path / "one.csv").write_text("compute,pass_at_1\n1,0.5\n")
+    evaluate = ("eval", str(model), "--pool", "p", "--home", str(tmp_path / "ws"))
     cases = {
         ("init-tiny", str(tmp_path / "t"), "--size", "huge"): "tiny.size: unknown tiny model size 'huge'",
         ("merge", str(model), str(model), "--weights", "0.5,x", "--out", str(tmp_path / "o")): "merge.weights[1]",
         ("eval", str(model), "--pool", "p", "--home", str(tmp_path / "ws")): "pool 'p' has no 'test' problems",
+        (*evaluate, "--split", "train", "--source", "gone"): "no 'train' problems from sources ['gone'] (its 'train' "
+        "sources: none)",
         ("fit", str(tmp_path / "one.csv"), "--no-plot"): "need at least 2 (compute, pass rate) points",
     }
     for args, message in cases.items():

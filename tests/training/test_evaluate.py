@@ -107,6 +107,21 @@ def test_heldout_problems_are_the_pools_test_split(ws):
         heldout_problems(ws, "nope")
 
 
+def test_a_band_added_to_the_test_split_as_a_new_source_leaves_a_limit_over_the_old_one_unchanged(ws):
+    """Issue 42: the built-in pool's frontier band joins the held-out splits as new sources (tiny/test-frontier);
+    a recipe whose eval names the old source (``eval.sources``) scores exactly the problems it scored before."""
+    old = problems_frame(make_problems(6, seed=2), split="test").with_columns(pl.lit("old").alias(S.SOURCE))
+    band = problems_frame(make_problems(6, seed=3), split="test").with_columns(pl.lit("band").alias(S.SOURCE))
+    io.write_parquet(old, ws.table("p", "problems"), S.PROBLEMS)
+    before = heldout_problems(ws, "p", limit=4)[S.PROBLEM_ID].to_list()
+    io.write_parquet(pl.concat([old, band]), ws.table("p", "problems"), S.PROBLEMS)
+    assert heldout_problems(ws, "p", limit=4)[S.PROBLEM_ID].to_list() != before  # the band takes some places
+    assert heldout_problems(ws, "p", limit=4, sources=["old", "other"])[S.PROBLEM_ID].to_list() == before
+    assert heldout_problems(ws, "p", sources=["band"])[S.PROBLEM_ID].to_list() == sorted(band[S.PROBLEM_ID])
+    with pytest.raises(ValueError, match=r"no 'test' problems from sources \['gone'\].*'band', 'old'"):
+        heldout_problems(ws, "p", sources=["gone"])
+
+
 def test_append_eval_adds_and_replaces_rows_atomically(tmp_path):
     run = tmp_path / "run"
     assert read_eval(run).is_empty()
