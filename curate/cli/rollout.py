@@ -40,9 +40,12 @@ def rollout(
     instruction: Annotated[str | None, typer.Option(help="Instruction appended to each problem.")] = None,
     split: Annotated[list[str] | None, typer.Option(help="Problem splits to sample (repeatable).")] = None,
     revision: Annotated[str | None, typer.Option(help="Model revision to pin (hf, vllm).")] = None,
-    batch_size: Annotated[int, typer.Option(help="hf: sequences per generate call.")] = 32,
+    batch_size: Annotated[int, typer.Option(help="hf: sequences per generate call (the engine's rows).")] = 32,
     device: Annotated[str, typer.Option(help="hf: auto, cpu, cuda, cuda:1 ...")] = "auto",
     threads: Annotated[int, typer.Option(help="hf: torch CPU threads (0: torch's default).")] = 0,
+    engine: Annotated[
+        str, typer.Option(help="hf: auto (the rollout engine where it supports the model, else generate) or hf.")
+    ] = "auto",
     dtype: Annotated[str, typer.Option(help="hf/vllm: auto, float32, bfloat16, float16.")] = "auto",
     tp: Annotated[int, typer.Option("--tp", help="vllm: tensor_parallel_size.")] = 1,
     gpu_memory_utilization: Annotated[float, typer.Option(help="vllm: fraction of GPU memory.")] = 0.9,
@@ -89,7 +92,7 @@ def rollout(
         shard_size=shard_size,
         data_parallel_size=dp_size,
         data_parallel_rank=dp_rank,
-        hf=HFOptions(device=device, dtype=dtype, batch_size=batch_size, threads=threads),
+        hf=HFOptions(device=device, dtype=dtype, batch_size=batch_size, threads=threads, engine=engine),
         vllm=VLLMOptions(
             tensor_parallel_size=tp,
             gpu_memory_utilization=gpu_memory_utilization,
