@@ -178,3 +178,14 @@ def test_the_hf_backend_samples_with_the_engine_unless_told_not_to(tiny):
     resumed = backends.generate_hf([Request(r.problem_id, r.message, (2,), 0) for r in reqs], str(path), sampling)
     assert [c.text for c in resumed] == [c.text for c in large if c.sample_idx == 2]  # nor what was sampled before
     assert {c.finish_reason for c in large} <= {"stop", "length"} and all(c.completion_tokens for c in large)
+
+
+def test_a_recipes_engine_reaches_every_section_that_samples():
+    from training.recipe import load_recipe
+
+    recipe = load_recipe("training/recipes/tiny/fastcurl.yaml", {"engine": "hf"})
+    assert (recipe.rl.engine, recipe.eval.engine, recipe.measure.rollout["hf"]["engine"]) == ("hf", "hf", "hf")
+    default = load_recipe("training/recipes/tiny/fastcurl.yaml")
+    assert (default.rl.engine, default.eval.engine) == ("auto", "auto")
+    with pytest.raises(ConfigError, match="engine must be one of"):
+        load_recipe("training/recipes/tiny/fastcurl.yaml", {"engine": "vllm"})
