@@ -245,7 +245,7 @@ def step_main(spec_path: Path) -> None:
 
         result = train_sft(
             load_config(spec["config"]), model=spec["model"], data=Path(spec["data"]), out_dir=out,
-            lineage=spec.get("lineage"),
+            kind=spec.get("card", "sft"), lineage=spec.get("lineage"),
         )  # fmt: skip
     elif kind == "rl":
         from training.rl import load_rl_config, train_rl
