@@ -66,8 +66,8 @@ NO_SAMPLES = 3  # the rft arm's exit code when the SFT model has no verified sam
 ARMS = ("curated", "raw", "sftmore", "rft", "rlopt", "rft-iter")
 START = {"rlopt": "sftmore", "rft-iter": "sftmore"}  # an arm that starts from another arm's chosen SFT model (its
 WAITS = {**START, "rft-iter": "rlopt"}  # "sft" point is that one); the arm whose finished run an arm needs
-RFT_SETS = ["rft.rounds=20", "rft.rollout={max_tokens: 240, hf: {batch_size: 64, threads: 1}}",
-            "rft.sft={max_length: 256, torch_threads: 1, gradient_checkpointing: false}"]  # fmt: skip
+RFT_SETS = ["rft.rounds=20", "rft.rollout={max_tokens: 240, hf: {batch_size: 64, threads: 1}}", "rft.sft={max_length"
+            ": 256, weight_decay: 0.1, torch_threads: 1, gradient_checkpointing: false}"]  # fmt: skip
 BASELINE_LR = 5.0e-4  # continuing SFT from a trained model: a quarter of the first SFT's peak (validation: README)
 _STEP = re.compile(r"^(Add|Subtract|Multiply by) \$", re.MULTILINE)
 BEST_EVERY = 4  # a baseline keeps this many checkpoints evenly over its steps, for its best one on validation

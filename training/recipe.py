@@ -217,6 +217,9 @@ class MeasureSection:
 
 
 RFT_SFT = {"learning_rate": 1e-4, "epochs": 1.0, "lr_scheduler": "cosine", "warmup_ratio": 0.05}  # ``rft.sft``'s
+# how the model trains, which ``rft.sft`` takes from the recipe's ``sft`` section (its schedule is its own)
+RFT_FROM_SFT = ("per_device_batch_size", "gradient_accumulation_steps", "max_length", "weight_decay", "dtype", "bf16",
+                "gradient_checkpointing", "torch_threads", "packing", "report_to")  # fmt: skip
 
 
 def _rft_sft() -> SFTRunConfig:
@@ -227,15 +230,16 @@ def _rft_sft() -> SFTRunConfig:
 class RFTSection:
     """Iterated rejection-sampling fine-tuning (recipe key ``rft``; ``training.rft``): the baseline with RL's own
     information. In place of the RL stages, on the same prompts (every RL stage's shard), for up to ``rounds``
-    rounds: ``n`` samples per prompt from the current model (``curate rollout``: ``rollout`` holds curate's rollout
-    settings, ``backend`` hf by default, ``model`` and ``n`` set by the chain), keep what the checker verified (a
-    completion cut at the token cap is not a whole solution; identical completions of a prompt count once; at most
-    ``per_prompt`` per prompt, so the easy prompts do not fill the set), fine-tune the current model on them
-    (``sft``: its settings, a stable schedule: lr 1e-4, cosine, 1 epoch, where continued SFT from the plateau gained
-    at 1e-4, issue 42) and evaluate it on ``split`` (``limit`` problems x ``k``, at the ``eval`` section's temperature
-    and token budget); the next round samples from that model. ``cpu_budget``: stop starting rounds once the rounds
-    so far took this many CPU-seconds (``training.runner.add_timing``; RL's CPU for an equal-CPU baseline; a round
-    started under it finishes). The chain keeps the last round's model and the best one on ``split``."""
+    rounds: ``n`` samples per prompt from the current model (``curate rollout``; ``rollout``: curate's rollout
+    settings over ``measure.rollout``'s, backend hf by default, ``model`` and ``n`` set by the chain), keep what the
+    checker verified (a completion cut at the token cap is not a whole solution; identical completions of a prompt
+    count once; at most ``per_prompt`` per prompt, so the easy prompts do not fill the set), fine-tune the current
+    model on them (``sft``: over the recipe's ``sft`` batch, length, weight decay and threads, ``RFT_FROM_SFT``, a
+    stable schedule of its own: lr 1e-4, cosine, 1 epoch, where continued SFT from the plateau gained, issue 42; not
+    tuned yet) and evaluate it on ``split`` (``limit`` problems x ``k``, at the ``eval`` section's temperature and
+    token budget); the next round samples from that model. ``cpu_budget``: start no round once the rounds so far
+    took this many CPU-seconds (``training.runner.add_timing``; RL's CPU for an equal-CPU baseline; a round started
+    under it finishes). The chain keeps the last round's model and the best one on ``split``."""
 
     rounds: int = 3
     n: int = 8
@@ -444,7 +448,9 @@ def recipe_from_mapping(data: Mapping[str, Any]) -> RunRecipe:
             data[key] = {**section, "seed": seed}
     rft = data.get("rft")
     if isinstance(rft, Mapping) and isinstance(rft.get("sft", {}), Mapping):  # its defaults, and the recipe's seed
-        data["rft"] = {**rft, "sft": {**RFT_SFT, "seed": seed, **dict(rft.get("sft") or {})}}
+        sft = data.get("sft") if isinstance(data.get("sft"), Mapping) else {}
+        inherited = {k: sft[k] for k in RFT_FROM_SFT if k in sft}
+        data["rft"] = {**rft, "sft": {**inherited, **RFT_SFT, "seed": seed, **dict(rft.get("sft") or {})}}
     path = data.get("curate_recipe")
     if isinstance(path, str) and path:  # the curation recipe, every section of it, before any work
         from curate import pipeline
@@ -511,11 +517,13 @@ def rollout_section(recipe: RunRecipe, model: str) -> dict[str, Any]:
 
 
 def rft_rollout(recipe: RunRecipe, model: str, selection: str) -> dict[str, Any]:
-    """``curate rollout``'s section for an RFT round: ``rft.rollout`` (backend ``hf`` by default), ``rft.n``
-    samples of each prompt of ``selection`` from ``model``, marked as the chain's own rollouts."""
+    """``curate rollout``'s section for an RFT round: ``rft.rollout`` over ``measure.rollout`` (the settings RL's
+    prompts were measured with; backend ``hf`` by default), ``rft.n`` samples of each prompt of ``selection`` from
+    ``model``, marked as the chain's own rollouts."""
     assert recipe.rft is not None
-    return {"backend": "hf", **recipe.rft.rollout, "model": model, "n": recipe.rft.n, "selection": selection,
-            "run_tag": "chain"}  # fmt: skip
+    measured = recipe.measure.rollout if recipe.measure is not None else {}
+    section = {"backend": "hf", **measured, **recipe.rft.rollout}
+    return {**section, "model": model, "n": recipe.rft.n, "selection": selection, "run_tag": "chain"}
 
 
 def solutions_section(recipe: RunRecipe, model: str, iteration: int, selection: str | None) -> dict[str, Any]:

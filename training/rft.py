@@ -23,6 +23,9 @@ Resuming: a round with its record is done and never redone. A round killed midwa
 stopped: the ledger holds every sample already drawn (``curate rollout`` draws only the missing ones, never a
 duplicate), the round's data is rebuilt from that ledger, and the fine-tune resumes from its last checkpoint
 (``training.sft``; a finished one is skipped).
+
+    # the default chain (SFT, measure) with iterated RFT in place of its RL, for at most 1,400 CPU-seconds of rounds
+    training run --recipe training/recipes/tiny/fastcurl.yaml --set rft.rounds=10 --set rft.cpu_budget=1400
 """
 
 from __future__ import annotations

@@ -44,6 +44,13 @@ def test_the_rft_section_is_typed_and_checked_at_load(tmp_path):
         "cosine",
     )
     assert r.rft.sft.seed == r.seed == 0  # its fine-tunes take the recipe's seed
+    from training.recipe import load_recipe, rft_rollout
+
+    r = load_recipe(Path(__file__).parents[2] / "training/recipes/tiny/fastcurl.yaml", {"rft.rounds": 2, "seed": 4})
+    assert (r.rft.sft.max_length, r.rft.sft.weight_decay, r.rft.sft.torch_threads) == (256, 0.1, 1)  # the recipe's SFT
+    assert (r.rft.sft.learning_rate, r.rft.sft.max_steps, r.rft.sft.seed) == (1e-4, None, 4)  # its own schedule
+    section = rft_rollout(r, "m", "s")  # the rollouts' settings are measure's (RL's prompts were measured with them)
+    assert (section["max_tokens"], section["n"], section["model"], section["selection"]) == (240, 8, "m", "s")
     with pytest.raises(ConfigError, match="did you mean 'rounds'"):
         recipe(tmp_path, roundz=2)
     with pytest.raises(ConfigError, match=r"rft\.split"):
