@@ -179,7 +179,10 @@ def rft_rounds(run: Run, step: Step, state: ChainState) -> tuple[ChainState, dic
     """The rounds (``step(name, fn, *args)`` runs each as a chain step, ``training.runner``), while rounds, the CPU
     budget and verified samples last. Returns the state with the last round's model pending its evaluation (step
     ``rft``), and the best round's pending evaluation (step ``rft:best``) when it is another round (else None)."""
+    from training.evaluate import heldout_problems
+
     sec = run.recipe.rft
+    heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit)  # a pool without it fails now
     start, stopped = state, f"{sec.rounds} rounds"
     for r in range(1, sec.rounds + 1):
         if run.chain().note(RFT, f"r{r}") is None and sec.cpu_budget is not None and r > 1:

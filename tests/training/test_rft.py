@@ -12,7 +12,7 @@ import pytest
 
 from curate import io
 from curate import schema as S
-from curate.errors import ConfigError
+from curate.errors import ConfigError, InputError
 from training.recipe import recipe_from_mapping
 
 
@@ -74,6 +74,11 @@ def test_rounds_stop_at_the_cpu_budget_and_keep_the_last_round_and_the_best_on_v
     from training.runner import add_timing
 
     run = open_run(recipe(tmp_path, rounds=5, cpu_budget=100), home=tmp_path / "ws", echo=lambda s: None)
+    problems = pl.DataFrame({S.PROBLEM_ID: ["v"], S.PROBLEM: ["1+1"], S.ANSWER: ["2"], S.SPLIT: ["train"]})
+    io.write_parquet(problems, run.ws.table("p", "problems"))
+    with pytest.raises(InputError, match="no 'validation' problems"):  # before any round: the split it chooses on
+        rft.rft_rounds(run, lambda *a: pytest.fail("a round ran"), ChainState(model="m0", initial="m0"))
+    io.write_parquet(problems.with_columns(pl.lit("validation").alias(S.SPLIT)), run.ws.table("p", "problems"))
     scores, ran = {1: 0.2, 2: 0.5, 3: 0.4, 4: 0.9}, []
 
     def fake_round(run, state, r):
