@@ -22,6 +22,8 @@ solved. Per seed, from the same from-scratch model (``training init-tiny`` with 
 5. ``rlopt``: RL from SFT at its plateau: the curated recipe's ``measure`` and RL, started from ``sftmore``'s model
    chosen on validation (where continued SFT flattened out) instead of the curated SFT model. Its headroom report
    says what RL has left once SFT is done, and its end against its start is RL's gain there.
+6. ``rft-iter``: iterated RFT (``training.rft``) from rlopt's start, on the prompts rlopt's RL trained on (its
+   curriculum), for the CPU-seconds rlopt's RL took; reported at its last round and at its best round on validation.
 
 Reported per seed and pooled over seeds (the mean of per-seed paired differences, SE = sqrt(sum of variances) / n):
 held-out pass@1 (300 test problems x k = 4) at T = 0.6 and at the rollouts' T = 1.0; curated minus raw at equal RL
@@ -61,10 +63,17 @@ ROOT = Path(__file__).resolve().parents[1]
 CURATED, RAW = "training/recipes/tiny/fastcurl.yaml", "training/recipes/tiny/raw.yaml"
 RFT_RECIPE = "datasets/tiny/rft.yaml"
 NO_SAMPLES = 3  # the rft arm's exit code when the SFT model has no verified sample to fine-tune on
-ARMS = ("curated", "raw", "sftmore", "rft", "rlopt")
-START = {"rlopt": "sftmore"}  # an arm that starts from another arm's chosen SFT model (its "sft" point is that one)
+ARMS = ("curated", "raw", "sftmore", "rft", "rlopt", "rft-iter")
+START = {"rlopt": "sftmore", "rft-iter": "sftmore"}  # an arm that starts from another arm's chosen SFT model (its
+WAITS = {**START, "rft-iter": "rlopt"}  # "sft" point is that one); the arm whose finished run an arm needs
+RFT_SETS = ["rft.rounds=20", "rft.rollout={max_tokens: 240, hf: {batch_size: 64, threads: 1}}", "rft.sft={max_length"
+            ": 256, weight_decay: 0.1, torch_threads: 1, gradient_checkpointing: false}"]  # fmt: skip
 BASELINE_LR = 5.0e-4  # continuing SFT from a trained model: a quarter of the first SFT's peak (validation: README)
 _STEP = re.compile(r"^(Add|Subtract|Multiply by) \$", re.MULTILINE)
+BEST_EVERY = 4  # a baseline keeps this many checkpoints evenly over its steps, for its best one on validation
+FINAL_STEP = "sft-final"
+EXTRA: dict[str, list[str]] = {"all": [], "raw": [], "curated": []}  # --set / --raw-set / --curated-set items
+_MERGE = re.compile(r"merge:(\d+)of\d+$")
 
 
 def run_dir(home: Path, arm: str, seed: int) -> Path:
@@ -121,12 +130,6 @@ def sft_model(home: Path, arm: str, seed: int) -> str:
     return chain(home, arm, seed).get("sft")["model"]
 
 
-BEST_EVERY = 4  # a baseline keeps this many checkpoints evenly over its steps, for its best one on validation
-
-
-FINAL_STEP = "sft-final"
-
-
 def evaluate_final(run: Path, home: Path) -> None:
     """A baseline's last SFT model (``sft/final``: the equal-CPU point) on the held-out split with the run's own
     eval settings (its ``recipe.json``), kept as ``evals/sft-final.parquet``: its chain evaluated the checkpoint it
@@ -153,9 +156,6 @@ def measured(home: Path, seed: int) -> tuple[str, str]:
     return note.get("ledger_model", note["model"]), note["select"]["selection"]  # the ledger's name for the model
 
 
-EXTRA: dict[str, list[str]] = {"all": [], "raw": [], "curated": []}  # --set / --raw-set / --curated-set items
-
-
 def commands(arm: str, home: Path, seed: int) -> list[list[str]]:
     """The CLI commands of one arm at one seed (what a user types to rerun it)."""
     extra = EXTRA["all"] + EXTRA.get(arm, [])
@@ -166,8 +166,12 @@ def commands(arm: str, home: Path, seed: int) -> list[list[str]]:
         return [[*py, "training.cli", "run", "--recipe", CURATED, *out, "--set", "eval.every=5"]]
     if arm == "raw":
         return [[*py, "training.cli", "run", "--recipe", RAW, *out]]
-    if arm in START:  # the curated recipe's measure and RL from another arm's chosen SFT model
-        sets = [f"model={sft_model(home, START[arm], seed)}", "sft=null", f"name=tiny-{arm}"]
+    if arm in START:  # the curated recipe's measure and RL from another arm's chosen SFT model; rft-iter: iterated
+        sets = [f"model={sft_model(home, START[arm], seed)}", "sft=null", f"name=tiny-{arm}"]  # RFT instead, on the
+        if arm == "rft-iter":  # prompts rlopt's RL trained on (its measured curriculum), for that RL's CPU-seconds
+            cpu, note = step_cpu(summary(home, "rlopt", seed), "rl:"), chain(home, "rlopt", seed).notes["measure"][0]
+            sets += ["measure=null", f"curriculum={note['curriculum']}", f"rft.cpu_budget={max(cpu, 1):.0f}",
+                     *RFT_SETS]  # fmt: skip
         return [[*py, "training.cli", "run", "--recipe", CURATED, *out, *(x for s in sets for x in ("--set", s))]]
     base = run_dir(home, "curated", seed)
     data = str(base / "data" / "sft.parquet")
@@ -214,7 +218,7 @@ def run_all(home: Path, arms: list[str], seeds: list[int], jobs: int) -> dict[st
     running: dict[int, tuple[str, int, float, subprocess.Popen]] = {}
     cpu: dict[str, float] = {}
     while todo or running:
-        ready = [(a, s) for a, s in todo if a in ("curated", "raw") or finished(home, START.get(a, "curated"), s)]
+        ready = [(a, s) for a, s in todo if a in ("curated", "raw") or finished(home, WAITS.get(a, "curated"), s)]
         while ready and len(running) < jobs:
             a, s = ready.pop(0)
             todo.remove((a, s))
@@ -246,9 +250,7 @@ def table(home: Path, arm: str, seed: int, step: str | None, temperature: float 
 
 
 def rate(t: Any) -> float:
-    import polars as pl
-
-    return float(t.filter(pl.col("scored"))["mean"].mean())
+    return float(t.filter(t["scored"])["mean"].mean())
 
 
 def pooled(gains: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -284,6 +286,8 @@ def steps_of(home: Path, arm: str, seed: int) -> dict[str, str]:
     out = {"sft": "sft", "end": rl[-1]["step"] if rl else "sft"}
     if not rl and eval_path(run_dir(home, arm, seed), FINAL_STEP).is_file():
         out.update(end=FINAL_STEP, best="sft")  # a baseline: its last model (equal CPU), the one chosen on validation
+    if rft := chain(home, arm, seed).note("rft", "rounds"):  # iterated RFT: its last round, its best on validation
+        out.update(end=rft["last_step"], best=rft["best_step"])
     groups: list[str] = []
     for r in rl:  # stage ends (a merge: 0 steps of its own), and checkpoints evaluated inside a stage (eval.every)
         out[f"at{r['offset_step'] + r['rl_steps']}"] = r["step"]
@@ -292,9 +296,6 @@ def steps_of(home: Path, arm: str, seed: int) -> dict[str, str]:
             if eval_path(run_dir(home, arm, seed), checkpoint_eval(r["step"], k)).is_file():
                 out[f"at{r['offset_step'] + k}"] = checkpoint_eval(r["step"], k)
     return out
-
-
-_MERGE = re.compile(r"merge:(\d+)of\d+$")
 
 
 def group_point(step: str, groups: list[str]) -> str:
@@ -331,13 +332,12 @@ def headroom(home: Path, arm: str, seed: int) -> dict[str, Any] | None:
     from fresh samples against what RL met (the summary's ``zero_variance``)."""
     import polars as pl
 
+    from curate import io
     from curate import schema as S
 
     folder = run_dir(home, arm, seed) / "headroom"
     if not (folder / "headroom.json").is_file():
         return None
-    from curate import io
-
     said = io.read_json(folder / "headroom.json")
     measured = set(pl.read_parquet(folder / "headroom-prompts.parquet")[S.PROBLEM_ID])
     problems = pl.read_parquet(home / "pools" / "tiny" / "problems.parquet")
@@ -424,6 +424,8 @@ COMPARISONS = (  # (name, arm a, point a, arm b, point b): a minus b, paired per
     ("SFT continued - its SFT", "sftmore", "end", "curated", "sft"),
     ("rejection-sampling FT - its SFT", "rft", "end", "curated", "sft"),
     ("RL from SFT's plateau - its start (SFT continued, chosen on validation)", "rlopt", "end", "sftmore", "best"),
+    ("RL - iterated RFT (equal CPU)", "rlopt", "end", "rft-iter", "end"),
+    ("RL - iterated RFT, its best round on validation", "rlopt", "end", "rft-iter", "best"),
 )
 
 
@@ -611,8 +613,6 @@ def main() -> None:
     ap.add_argument("--curated-set", action="append", default=[], help="KEY=VALUE for the curated arm's run only")
     ap.add_argument("--eval-final", help="RUN: evaluate a baseline run's last SFT model (each baseline arm does)")
     args = ap.parse_args()
-    from curate import io
-
     if args.eval_final:
         evaluate_final(Path(args.eval_final), Path(args.home).resolve())
         return
@@ -621,7 +621,7 @@ def main() -> None:
     home = Path(args.home).resolve()
     home.mkdir(parents=True, exist_ok=True)
     cpu_file = home / "cpu.json"
-    cpu = io.read_json(cpu_file) if cpu_file.is_file() else {}
+    cpu = json.loads(cpu_file.read_text()) if cpu_file.is_file() else {}
     if not args.report_only:
         print(f"load average before: {os.getloadavg()}")
         cpu.update(run_all(home, args.arms, args.seeds, args.jobs))

@@ -62,6 +62,8 @@ _KINDS = {
     "checker (the one that measured the data's pass rates)",
     "redistill": "re-distillation (CoScale-RL): SFT of the initial model on the latest correct RL solutions",
     "merge": "a weight merge of the source models",
+    "rft": "rejection-sampling fine-tuning (a round of iterated RFT): SFT of the parent model on its own samples of "
+    "the RL prompts that curate-rl's answer checker verified",
 }
 
 

@@ -244,6 +244,53 @@ class MeasureSection:
             raise ConfigError("measure.fresh must be >= 0 (fresh samples per selected prompt; 0: no forecast)")
 
 
+RFT_SFT = {"learning_rate": 1e-4, "epochs": 1.0, "lr_scheduler": "cosine", "warmup_ratio": 0.05}  # ``rft.sft``'s
+# how the model trains, which ``rft.sft`` takes from the recipe's ``sft`` section (its schedule is its own)
+RFT_FROM_SFT = ("per_device_batch_size", "gradient_accumulation_steps", "max_length", "weight_decay", "dtype", "bf16",
+                "gradient_checkpointing", "torch_threads", "packing", "report_to")  # fmt: skip
+
+
+def _rft_sft() -> SFTRunConfig:
+    return SFTRunConfig(**RFT_SFT)
+
+
+@dataclass(frozen=True)
+class RFTSection:
+    """Iterated rejection-sampling fine-tuning (recipe key ``rft``; ``training.rft``): the baseline with RL's own
+    information. In place of the RL stages, on the same prompts (every RL stage's shard), for up to ``rounds``
+    rounds: ``n`` samples per prompt from the current model (``curate rollout``; ``rollout``: curate's rollout
+    settings over ``measure.rollout``'s, backend hf by default, ``model`` and ``n`` set by the chain), keep what the
+    checker verified (a completion cut at the token cap is not a whole solution; identical completions of a prompt
+    count once; at most ``per_prompt`` per prompt, so the easy prompts do not fill the set), fine-tune the current
+    model on them (``sft``: over the recipe's ``sft`` batch, length, weight decay and threads, ``RFT_FROM_SFT``, a
+    stable schedule of its own: lr 1e-4, cosine, 1 epoch, where continued SFT from the plateau gained, issue 42; not
+    tuned yet) and evaluate it on ``split`` (``limit`` problems x ``k``, at the ``eval`` section's temperature and
+    token budget); the next round samples from that model. ``cpu_budget``: start no round once the rounds so far
+    took this many CPU-seconds (``training.runner.add_timing``; RL's CPU for an equal-CPU baseline; a round started
+    under it finishes). The chain keeps the last round's model and the best one on ``split``."""
+
+    rounds: int = 3
+    n: int = 8
+    per_prompt: int = 4
+    cpu_budget: float | None = None
+    rollout: dict[str, Any] = field(default_factory=dict)
+    sft: SFTRunConfig = field(default_factory=_rft_sft)
+    split: str = "validation"
+    k: int = 2
+    limit: int | None = 150
+
+    def __post_init__(self) -> None:
+        if min(self.rounds, self.n, self.per_prompt, self.k) < 1 or (self.limit is not None and self.limit < 1):
+            raise ConfigError("rft: rounds, n, per_prompt, k and limit must be >= 1")
+        if self.cpu_budget is not None and self.cpu_budget <= 0:
+            raise ConfigError("rft.cpu_budget must be > 0 CPU-seconds (or null: the rounds decide)")
+        if "model" in self.rollout or "n" in self.rollout:
+            raise ConfigError("rft.rollout.model / rft.rollout.n are set by the chain (the current model, rft.n)")
+        if self.split == "test":
+            raise ConfigError("rft.split: choosing the best round on the test split would report on the problems "
+                              "the choice was made on; use validation")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class RunRecipe:
     """A training recipe. Unknown keys fail at load time, in every section.
@@ -259,14 +306,15 @@ class RunRecipe:
     (``training.plan``). redistill: re-distil the starting model on the last stage's correct rollouts. fit:
     ``training.scaling.FitConfig``. decide: stop / CoScale decisions (``DecideSection``). measure: the SFT model's
     own pass rates over the RL candidates before RL, and the curriculum built from them (``MeasureSection``; needs
-    ``sft``, ``curriculum`` and ``curate_recipe``). seed: one seed for every training section (the curate
-    stages keep the curation recipe's). launch: the command that starts each training step instead of ``python``,
-    e.g. ``[accelerate, launch, --config_file, training/recipes/accelerate/zero2.yaml]`` for several GPUs.
-    engine: ``auto`` or ``hf``: how every section that samples the model samples it (``_spread_engine``; a
-    section's own ``engine`` wins). groups: how a pass trains its stages: ``sequential`` (each from the previous
-    stage's model) or ``parallel`` (CoScale-RL: each an independent run from the pass's starting model, merged
-    after each with ``merge``; ``training.groups``); None: as the plan says (parallel when it marks every stage
-    so, a ``bands`` plan).
+    ``sft``, ``curriculum`` and ``curate_recipe``). rft: iterated rejection-sampling fine-tuning on the RL stages'
+    prompts in place of RL (``RFTSection``; needs ``curriculum`` or ``train``). seed: one seed for every training
+    section (the curate stages keep the curation recipe's). launch: the command that starts each training step
+    instead of ``python``, e.g. ``[accelerate, launch, --config_file, training/recipes/accelerate/zero2.yaml]`` for
+    several GPUs. engine: ``auto`` or ``hf``: how every section that samples the model samples it
+    (``_spread_engine``; a section's own ``engine`` wins). groups: how a pass trains its stages: ``sequential``
+    (each from the previous stage's model) or ``parallel`` (CoScale-RL: each an independent run from the pass's
+    starting model, merged after each with ``merge``; ``training.groups``); None: as the plan says (parallel when it
+    marks every stage so, a ``bands`` plan).
     merge: how parallel groups are merged (``training.merge.MergeConfig``; None: linear, equal shares).
     curate: the loaded ``curate_recipe`` (set by ``recipe_from_mapping``, not a key of the file).
     """
@@ -292,6 +340,7 @@ class RunRecipe:
     fit: FitConfig = field(default_factory=FitConfig)
     decide: DecideSection | None = None
     measure: MeasureSection | None = None
+    rft: RFTSection | None = None
     groups: str | None = None
     merge: MergeConfig | None = None
     launch: list[str] | None = placement(None)
@@ -299,8 +348,7 @@ class RunRecipe:
 
     def __post_init__(self) -> None:
         packaged_name(self.model)  # ``package:<name>``: a known packaged model (``training.packaged``), now
-        if self.engine not in ENGINES:
-            raise ConfigError(f"recipe: engine must be one of {ENGINES}, got {self.engine!r}")
+        _check_engine(self.engine)
         if self.curriculum and self.train:
             raise ConfigError("recipe: give one of `curriculum` (a plan) or `train` (one prompt file), not both")
         if self.groups is not None and self.groups not in GROUPS:
@@ -310,6 +358,8 @@ class RunRecipe:
         unknown = [f for f in self.plan_fields if f not in PLAN_FIELDS]
         if unknown:
             raise unknown_key_error(unknown, set(PLAN_FIELDS), "plan_fields")
+        if self.rft is not None and not (self.curriculum or self.train):
+            raise ConfigError("recipe: `rft` samples the RL stages' prompts: give `curriculum` or `train`")
         if self.measure is not None and not (self.curriculum and self.curate_recipe):  # no sft: the starting model
             raise ConfigError("recipe: `measure` needs `curriculum` (the one it builds) and `curate_recipe`")
         if bool(self.curate_recipe) != (self.curate is not None):
@@ -355,6 +405,8 @@ def _check_curate_sections(recipe: RunRecipe) -> None:
     elif recipe.curate is not None and "curriculum" in recipe.curate.stages:
         built = pipeline.section(recipe.curate, "curriculum")
         plan = built if built.name == recipe.curriculum else None  # else a curriculum built elsewhere
+    if recipe.rft is not None:
+        pipeline.section(curate_recipe(recipe, "rollout", rft_rollout(recipe, "<model>", "<selection>")), "rollout")
     if recipe.decide is not None:
         pipeline.section(curate_recipe(recipe, "rollout", rollout_section(recipe, "<model>")), "rollout")
         pipeline.section(
@@ -427,12 +479,22 @@ def recipe_from_mapping(data: Mapping[str, Any]) -> RunRecipe:
         section = data.get(key, {} if key in ("tiny", "rl", "eval") else None)
         if isinstance(section, Mapping) and "seed" not in section:
             data[key] = {**section, "seed": seed}
+    rft = data.get("rft")
+    if isinstance(rft, Mapping) and isinstance(rft.get("sft", {}), Mapping):  # its defaults, and the recipe's seed
+        sft = data.get("sft") if isinstance(data.get("sft"), Mapping) else {}
+        inherited = {k: sft[k] for k in RFT_FROM_SFT if k in sft}
+        data["rft"] = {**rft, "sft": {**inherited, **RFT_SFT, "seed": seed, **dict(rft.get("sft") or {})}}
     path = data.get("curate_recipe")
     if isinstance(path, str) and path:  # the curation recipe, every section of it, before any work
         from curate import pipeline
 
         data["curate"] = pipeline.load_recipe(path)
     return from_mapping(RunRecipe, data, "recipe")
+
+
+def _check_engine(engine: str) -> None:
+    if engine not in ENGINES:
+        raise ConfigError(f"recipe: engine must be one of {ENGINES}, got {engine!r}")
 
 
 def _spread_engine(data: dict[str, Any]) -> None:
@@ -509,6 +571,16 @@ def rollout_section(recipe: RunRecipe, model: str) -> dict[str, Any]:
     """``curate rollout``'s section for re-measuring ``model``: ``decide.rollout`` (backend ``hf`` by default)."""
     section = {"backend": "hf", **(recipe.decide.rollout if recipe.decide else {})}
     return {**section, "model": model}
+
+
+def rft_rollout(recipe: RunRecipe, model: str, selection: str) -> dict[str, Any]:
+    """``curate rollout``'s section for an RFT round: ``rft.rollout`` over ``measure.rollout`` (the settings RL's
+    prompts were measured with; backend ``hf`` by default), ``rft.n`` samples of each prompt of ``selection`` from
+    ``model``, marked as the chain's own rollouts."""
+    assert recipe.rft is not None
+    measured = recipe.measure.rollout if recipe.measure is not None else {}
+    section = {"backend": "hf", **measured, **recipe.rft.rollout}
+    return {**section, "model": model, "n": recipe.rft.n, "selection": selection, "run_tag": "chain"}
 
 
 def solutions_section(recipe: RunRecipe, model: str, iteration: int, selection: str | None) -> dict[str, Any]:

@@ -17,6 +17,7 @@ The chain, one public function per step, each skipped when its output is already
    stage starts from the pass's starting model instead and the groups so far are merged after each; with
    ``rl.ladder`` (a ``bands`` plan's ``stop_rule``) a stage whose training reward plateaus continues as its next
    rung with N doubled, lr/N kept (``training.groups``, ``training.ladder``);
+   With ``rft``, iterated rejection-sampling fine-tuning on those stages' prompts instead (``training.rft``);
 5. ``evaluate_model`` after every training step (pass@1 as mean@k with its standard error, ``split: test`` only;
    also at ``eval.temperatures``), the result in the model's card;
 6. ``decide`` after every RL stage when the recipe has ``decide`` (below);
@@ -98,6 +99,7 @@ from training.plan import (
     stage_ids,
 )
 from training.recipe import RunRecipe, resolve_path, stage_rl
+from training.rft import rft_rounds
 from training.step import RUNNING, run_step, stamp_lineage
 
 
@@ -515,6 +517,16 @@ def _rl_pass(run: Run, step: Call, state: ChainState, todo: list[StagePlan], par
     return state
 
 
+def _rft(run: Run, step: Call, state: ChainState) -> ChainState:
+    """Iterated RFT's rounds (``training.rft``), then its last round's model evaluated (step ``rft``) and its best
+    round on validation (``rft:best``) where that is another."""
+    state, best = rft_rounds(run, step, state)
+    state = step("eval rft", evaluate_model, run, state)
+    if best is not None:
+        step("eval rft:best", evaluate_model, run, dataclasses.replace(state, pending=best))
+    return state
+
+
 def _stops(run: Run, step: Call, state: ChainState, name: str) -> bool:
     """``decide`` after step ``name`` (with the recipe's ``decide``): whether it stops the pass."""
     return run.recipe.decide is not None and step(f"decide {name}", decide, run, state, name)["action"] == STOP
@@ -567,8 +579,9 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
         state = step("measure", measure, run, state)
         state = step("forecast", forecast_waste, run, state)
 
-    # 4. RL stages, each evaluated and (with ``decide``) decided on; then CoScale iterations
-    state = _rl_passes(run, step, state)
+    # 4. RL stages, each evaluated and (with ``decide``) decided on; then CoScale iterations. With ``rft``, iterated
+    # rejection-sampling fine-tuning on their prompts instead: its last round's model and its best on validation
+    state = _rft(run, step, state) if recipe.rft is not None else _rl_passes(run, step, state)
 
     # 5. re-distillation of the starting model on the last stage's correct rollouts
     if recipe.redistill is not None:

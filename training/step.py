@@ -247,7 +247,7 @@ def step_main(spec_path: Path) -> None:
         early = EarlyStop.from_spec(spec["validation"]) if spec.get("validation") else None
         result = train_sft(
             load_config(spec["config"]), model=spec["model"], data=Path(spec["data"]), out_dir=out,
-            lineage=spec.get("lineage"), validation=early,
+            kind=spec.get("card", "sft"), lineage=spec.get("lineage"), validation=early,
         )  # fmt: skip
     elif kind == "rl":
         from training.rl import load_rl_config, train_rl

@@ -65,7 +65,13 @@ def finished_run(home: Path, arm: str, seed: int, sft: float, end: float, rl_ste
     rates = lambda r: [min(1.0, max(0.0, r + d)) for d in shift]  # noqa: E731
     steps: list[dict] = [{"step": "sft", "model": str(run / "sft" / "best")}]  # the checkpoint chosen on validation
     _table(run, "sft", rates(sft))
-    if not rl_steps:  # a baseline: its last model at equal CPU, a little below the checkpoint it chose
+    notes = {}
+    if arm == "rft-iter":  # iterated RFT: its last round (``rft``) at ``end``, its best on validation a little above
+        _table(run, "rft", rates(end))
+        _table(run, "rft", rates(end - 0.1), temperature=1.0)
+        _table(run, "rft:best", rates(end + 0.01))
+        notes["rft"] = [{"name": "rounds", "last_step": "rft", "best_step": "rft:best", "rounds": ["r1", "r2"]}]
+    elif not rl_steps:  # a baseline: its last model at equal CPU, a little below the checkpoint it chose
         _table(run, "sft-final", rates(sft - 0.05))
         _table(run, "sft-final", rates(sft - 0.15), temperature=1.0)
     _table(run, "sft", rates(sft - 0.1), temperature=1.0)
@@ -82,7 +88,8 @@ def finished_run(home: Path, arm: str, seed: int, sft: float, end: float, rl_ste
         timings.append({"step": last, "cpu_s": 20.0 * n})
         offset += n
     _table(run, last, rates(end - 0.1), temperature=1.0)
-    notes = {}
+    if arm == "rlopt":  # the curriculum its measure built (rft-iter trains on its prompts)
+        notes["measure"] = [{"curriculum": f"tiny-rl.{run.name}"}]
     if arm == "curated":  # its headroom report: g0 and g2 carry wrong golds; g0 and g1 were flagged
         io.write_json(run / "headroom" / "headroom.json", {"totals": {"prompts": 4, "rl": 1, "rl_ceiling": 0.5}})
         io.write_parquet(
@@ -107,6 +114,7 @@ ARMS = {  # (sft, end, RL stages): curated RL gains 0.2 over 4 steps, raw 0.15 o
     "sftmore": (0.45, 0.45, ()),
     "rft": (0.42, 0.42, ()),
     "rlopt": (0.45, 0.50, (2, 2)),  # RL from sftmore's chosen model (0.45): +0.05
+    "rft-iter": (0.45, 0.47, ()),  # iterated RFT from the same model, on rlopt's prompts: +0.02 (best round +0.03)
 }
 
 
@@ -142,6 +150,11 @@ def test_each_arm_runs_what_a_user_types(bench, tmp_path):
     (rlopt,) = bench.commands("rlopt", home, 3)  # the curated recipe's measure and RL from sftmore's chosen model
     assert rlopt[5] == bench.CURATED and f"model={home / 'runs/sftmore-seed3/sft/best'}" in rlopt
     assert "sft=null" in rlopt and "eval.every=5" not in rlopt
+    finished_run(home, "rlopt", 3, *ARMS["rlopt"])
+    (rft_iter,) = bench.commands("rft-iter", home, 3)  # iterated RFT from rlopt's start, its prompts, its RL's CPU
+    assert rft_iter[5] == bench.CURATED and f"model={home / 'runs/sftmore-seed3/sft/best'}" in rft_iter
+    assert "curriculum=tiny-rl.rlopt-seed3" in rft_iter and "measure=null" in rft_iter and "sft=null" in rft_iter
+    assert "rft.cpu_budget=80" in rft_iter  # rlopt's two RL stages of 2 steps, 20 CPU-s a step
 
 
 def test_baselines_wait_for_their_curated_run_and_a_failed_one_drops_them(bench, tmp_path, monkeypatch, capsys):
@@ -155,8 +168,8 @@ def test_baselines_wait_for_their_curated_run_and_a_failed_one_drops_them(bench,
         import subprocess
 
         done = {"sftmore": True, "rft": False}.get(arm, True) and not (arm == "curated" and seed == 1)
-        if arm in ("sftmore", "rft", "rlopt"):
-            after = bench.START.get(arm, "curated")
+        if arm not in ("curated", "raw"):
+            after = bench.WAITS.get(arm, "curated")
             assert bench.finished(home_, after, seed), f"{arm} of seed {seed} started before {after} finished"
         started.append(f"{arm}-seed{seed}")
         if done:
@@ -167,8 +180,8 @@ def test_baselines_wait_for_their_curated_run_and_a_failed_one_drops_them(bench,
     monkeypatch.setattr(bench, "launch", launch)
     cpu = bench.run_all(home, list(bench.ARMS), [0, 1], jobs=2)
     out = capsys.readouterr().out
-    assert sorted(started) == ["curated-seed0", "curated-seed1", "raw-seed0", "raw-seed1", "rft-seed0",
-                               "rlopt-seed0", "sftmore-seed0"]  # fmt: skip
+    assert sorted(started) == ["curated-seed0", "curated-seed1", "raw-seed0", "raw-seed1", "rft-iter-seed0",
+                               "rft-seed0", "rlopt-seed0", "sftmore-seed0"]  # fmt: skip
     assert set(cpu) == set(started) and all(c >= 0 for c in cpu.values())
     assert "no verified sample on the RL prompts" in out and "see " in out and "curated-seed1.log" in out
     assert set(bench.run_all(home, list(bench.ARMS), [0], jobs=2)) == {"rft-seed0"}  # a rerun: only what is missing
@@ -223,6 +236,11 @@ def test_the_report_pairs_every_comparison_pools_seeds_and_finds_the_rollouts_to
     plateau = results["comparisons@T=0.6"]["RL from SFT's plateau - its start (SFT continued, chosen on validation)"]
     assert plateau["per_seed"][1]["gain"] == pytest.approx(0.05)  # rlopt's end against sftmore's chosen model
     assert results["runs"]["rlopt-seed1"]["sft@0.6"] == pytest.approx(0.47)  # its start: that model, not its own
+    iterated = results["comparisons@T=0.6"]  # RL against iterated RFT from the same start: at its end, its best round
+    assert iterated["RL - iterated RFT (equal CPU)"]["per_seed"][0]["gain"] == pytest.approx(0.50 - 0.47)
+    assert iterated["RL - iterated RFT, its best round on validation"]["pooled"]["gain"] == pytest.approx(0.02)
+    assert results["comparisons@T=1.0"]["RL - iterated RFT (equal CPU)"]["pooled"]["seeds"] == 2
+    assert results["runs"]["rft-iter-seed0"]["sft@0.6"] == pytest.approx(0.45)  # its start: sftmore's chosen model
     for line in ("== paired differences at T=0.6", "== rollouts and CPU for curated to reach raw's final", "== modes"):
         assert line in out
     quote = bench.quote(results, [0, 1])

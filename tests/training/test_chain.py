@@ -49,6 +49,8 @@ def test_a_changed_recipe_on_a_finished_run_is_refused_and_its_records_stay(tmp_
         "launch",
         "redistill.sft.report_to",
         "redistill.sft.torch_threads",
+        "rft.sft.report_to",
+        "rft.sft.torch_threads",
         "rl.report_to",
         "sft.report_to",
         "sft.torch_threads",
