@@ -130,7 +130,7 @@ def test_a_damaged_final_model_is_not_a_finished_run(tmp_path, capsys):
     final = out / rf.FINAL
     final.mkdir(parents=True)
     (final / "config.json").write_text("{}")
-    (final / "model.safetensors").write_bytes(b"x" * 64)
+    save_file({"w": torch.ones(16)}, str(final / "model.safetensors"))
     (final / "README.md").write_text("card")
     rf.record_files(final, rf.WEIGHTS)
     (out / "summary.json").write_text(json.dumps({"steps": 3}))
@@ -140,6 +140,13 @@ def test_a_damaged_final_model_is_not_a_finished_run(tmp_path, capsys):
     (final / "model.safetensors").write_bytes(b"x" * 32)
     assert rf.finished(out, "summary.json") is None  # trains again from its last whole checkpoint
     assert not (out / "summary.json").exists() and "damaged" in capsys.readouterr().err
+    # issue 45.1: NaN weights with files.json rewritten to match them are damaged too
+    save_file({"w": torch.full((16,), float("nan"))}, str(final / "model.safetensors"))
+    rf.record_files(final, rf.WEIGHTS)
+    (out / "summary.json").write_text(json.dumps({"steps": 3}))
+    assert rf.finished(out, "summary.json") is None and "NaN" in capsys.readouterr().err
+    with pytest.raises(InputError, match=r"is damaged: model.safetensors: w holds NaN"):
+        rf.check_model(final)  # every reader's check (evaluation, rollout, the next step) refuses it too
 
 
 def test_claim_refuses_a_folder_of_another_run(tmp_path):
