@@ -520,6 +520,8 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
     from training.evaluate import heldout_problems
 
     heldout_problems(run.ws, recipe.pool, split=recipe.eval.split, limit=recipe.eval.limit)  # fails before training
+    if (valid := recipe.sft.validation if recipe.sft is not None else None) is not None:  # so does the choice's
+        heldout_problems(run.ws, recipe.pool, split=valid.split, limit=valid.limit)
     if recipe.measure is None:
         run.stages()  # validated before any model work (with ``measure`` the curriculum is built after SFT)
 
