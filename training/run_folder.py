@@ -41,6 +41,10 @@ PREFIX = "checkpoint-"  # the Trainer's checkpoint folder names
 FINAL = "final"
 SAMPLER_STATE = "sampler_state.json"  # an RL checkpoint's curriculum position (training.grpo_trainer writes it)
 TRAINER_STATE = "trainer_state.json"
+# transformers' Trainer pickles its TrainingArguments here (output_dir, logging_dir: this machine's paths) and never
+# reads it back (a resume reads trainer_state.json, the optimizer, scheduler and RNG states): dropped from every
+# checkpoint and final model before its record (``drop_machine_files``; issue 45.7)
+MACHINE_FILES = ("training_args.bin",)
 WEIGHTS = ("*.safetensors", "*.bin", "config.json")  # what ``final/``'s record covers (the card may rewrite the rest)
 
 
@@ -160,7 +164,14 @@ def seal(final: Path) -> Path:
             f"training produced a model with non-finite weights ({problem}); it is not sealed as {final} (set aside "
             f"as {aside.name}); lower the learning rate or check the data, then train again"
         )
+    drop_machine_files(final)
     return record_files(final, WEIGHTS)
+
+
+def drop_machine_files(folder: Path) -> None:
+    """Remove the files of ``MACHINE_FILES`` from a model folder or checkpoint: no machine path in a model."""
+    for name in MACHINE_FILES:
+        (Path(folder) / name).unlink(missing_ok=True)
 
 
 def set_aside(folder: Path) -> Path:
@@ -181,6 +192,7 @@ def save_callback() -> Any:
     class RecordCheckpoint(TrainerCallback):
         def on_save(self, args, state, control, **kwargs):
             if state.is_world_process_zero:
+                drop_machine_files(Path(args.output_dir) / f"{PREFIX}{state.global_step}")
                 record_files(Path(args.output_dir) / f"{PREFIX}{state.global_step}")
 
     return RecordCheckpoint()

@@ -316,3 +316,33 @@ def test_show_of_a_running_step_says_step_n_of_m_and_the_time_left(tmp_path):
             (out / "go").write_text("1")
             step.join(timeout=30)
     assert done == {"ok": True}
+
+
+def test_chain_json_names_the_run_s_folders_relative_to_it_and_a_copied_workspace_reads_its_own(tmp_path):
+    """Issue 45.7: ``chain.json`` of a copied workspace kept the absolute paths of the original. Paths in the run
+    folder or the workspace are written relative to the run folder and read back under the folder as it is now;
+    names (ledger models, hub ids) stay as they are, and a record of the old code (absolute paths) reads as it is."""
+    import shutil
+
+    from curate import io
+    from training.chain import CHAIN, Chain, Run
+
+    home = tmp_path / "ws"
+    run_dir = home / "runs" / "r"
+    (run_dir / "sft" / "best").mkdir(parents=True)
+    (home / "curricula" / "c").mkdir(parents=True)
+    run = Run(recipe_from_mapping({"name": "r", "pool": "p", "train": "t.parquet"}), io.Workspace(home), run_dir)
+    chain = run.chain()
+    chain.put({"step": "sft", "model": str(run_dir / "sft" / "best"), "ledger_model": "runs/r/sft/best"})
+    chain.set_lineage({"curriculum": str(home / "curricula" / "c"), "base": "Qwen/Qwen2.5-Math-1.5B"})
+    text = (run_dir / CHAIN).read_text()
+    assert str(tmp_path) not in text and '"./sft/best"' in text and '"../../curricula/c"' in text
+    copy = tmp_path / "copy"
+    shutil.copytree(home, copy)
+    moved = Chain(copy / "runs" / "r", copy)
+    assert moved.get("sft") == {"step": "sft", "model": str(copy / "runs" / "r" / "sft" / "best"),
+                                "ledger_model": "runs/r/sft/best"}  # fmt: skip
+    assert moved.lineage == {"curriculum": str(copy / "curricula" / "c"), "base": "Qwen/Qwen2.5-Math-1.5B"}
+    old = {"steps": [{"step": "init", "model": "/elsewhere/runs/r/init"}]}  # written by the old code
+    (run_dir / CHAIN).write_text(json.dumps(old))
+    assert Chain(run_dir).steps == old["steps"]

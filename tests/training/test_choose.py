@@ -151,3 +151,23 @@ def test_a_damaged_chosen_model_is_set_aside_and_chosen_again_from_whole_checkpo
     assert [line for line in lines if "damaged" in line] == [lines[0]] and "set aside as bad-best" in lines[0]
     assert weights.read_bytes() == whole and run_folder.damage(out / "best") is None
     assert (out / "bad-best").is_dir()
+
+
+def test_validation_json_names_the_candidates_relative_to_the_sft_folder(tmp_path, monkeypatch):
+    """Issue 45.7: ``sft/validation.json`` kept the absolute paths of the machine that chose; a copied workspace then
+    named the original's checkpoints. They are kept relative to ``sft/`` and read back under it; an old record with
+    absolute paths reads as it is."""
+    from training.chain import ChainState
+    from training.choose import VALIDATION, choose_sft, read_validation
+
+    out, (run, _) = _sft_folder(tmp_path)
+    _fake_eval(monkeypatch, [])
+    choose_sft(run, ChainState(model=str(out / "final"), initial="init"), out)
+    text = (out / VALIDATION).read_text()
+    assert str(tmp_path) not in text
+    assert [p["model"] for p in json.loads(text)["points"]] == ["checkpoints/checkpoint-2", "checkpoints/checkpoint-4",
+                                                                "final"]  # fmt: skip
+    assert read_validation(out)["points"][1]["model"] == str(out / "checkpoints" / "checkpoint-4")
+    old = {**json.loads(text), "points": [{"step": 6, "model": "/elsewhere/sft/final", "pass_at_1": 0.2}]}
+    (out / VALIDATION).write_text(json.dumps(old))
+    assert read_validation(out)["points"][0]["model"] == "/elsewhere/sft/final"

@@ -189,3 +189,23 @@ def test_only_the_tied_embeddings_missing_from_a_checkpoint_are_silenced():
     finally:
         log.removeHandler(handler)
     assert seen == ["There were missing keys in the checkpoint model loaded: ['lm_head.weight', 'model.norm.weight']."]
+
+
+def test_no_model_folder_or_checkpoint_keeps_the_trainers_pickled_machine_paths(tmp_path):
+    """Issue 45.7: ``training_args.bin`` (transformers pickles its TrainingArguments: output_dir, logging_dir) was
+    in every checkpoint and model folder. Nothing reads it back; a checkpoint's record and a sealed model drop it."""
+    from types import SimpleNamespace as NS
+
+    ckpt = tmp_path / "checkpoints" / "checkpoint-2"
+    final = tmp_path / "final"
+    for folder in (ckpt, final):
+        folder.mkdir(parents=True)
+        save_file({"w": torch.ones(4)}, str(folder / "model.safetensors"))
+        (folder / "config.json").write_text("{}")
+        torch.save({"output_dir": str(tmp_path)}, folder / "training_args.bin")
+    rf.save_callback().on_save(NS(output_dir=str(tmp_path / "checkpoints")), NS(is_world_process_zero=True,
+                               global_step=2), None)  # fmt: skip
+    rf.seal(final)
+    for folder in (ckpt, final):
+        assert not (folder / "training_args.bin").exists() and "training_args.bin" not in rf.read_files(folder)
+        assert rf.check_files(folder) is None
