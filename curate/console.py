@@ -68,9 +68,15 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
         return error_line(str(exc), getattr(exc, "exit_code", 2))
     except OSError as exc:
         line = os_error_line(exc)
+        if line is None and disk_full(exc):  # an OSError raised while handling a full disk
+            line = DISK_FULL
         if line is None:  # not the OS refusing a path or a disk: a bug, keep the traceback
             raise
         return error_line(line)
+    except Exception as exc:  # a library's words for a full disk (torch's writer, safetensors, polars)
+        if not disk_full(exc):
+            raise
+        return error_line(DISK_FULL)
     if rc == INTERRUPTED:  # typer turns KeyboardInterrupt into Exit(130) before we see it
         console.print("interrupted", highlight=False)
     return rc if isinstance(rc, int) else 0
@@ -93,6 +99,32 @@ def os_error_line(exc: OSError) -> str | None:
     hint = STORAGE.get(exc.errno) or ""
     where = f": {exc.filename}" if exc.filename is not None else ""
     return f"{exc.strerror or exc}{where}" + (f" ({hint})" if hint else "")
+
+
+DISK_FULL = f"No space left on device ({STORAGE[errno.ENOSPC]})"
+# How libraries say the disk is full when they do not raise OSError(ENOSPC): torch's zip writer (a short write,
+# "[enforce fail at inline_container.cc:672] . unexpected pos 5242944 vs 5242832"), Rust's io errors (safetensors,
+# polars: "No space left on device (os error 28)", "StorageFull"), and a quota.
+_FULL_WORDS = ("No space left on device", "os error 28", "[Errno 28]", "StorageFull", "Disk quota exceeded")
+
+
+def disk_full(exc: BaseException | None) -> bool:
+    """Whether ``exc``, or an exception it was raised from or while handling, says the disk (or quota) is full:
+    ``OSError`` ENOSPC / EDQUOT, or a library's words for it (``disk_full_text``; issue 45.3)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if disk_full_text(str(exc)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def disk_full_text(text: str) -> bool:
+    """Whether an error's text says the disk is full (``disk_full``; also a step's last traceback line)."""
+    return any(word in text for word in _FULL_WORDS) or ("inline_container" in text and "unexpected pos" in text)
 
 
 def error_line(message: str, code: int = 2) -> int:

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -54,9 +55,10 @@ class Chain:
     with its ``name``. ``lineage``: ``chain_lineage`` of the run.
     """
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, root: Path | None = None) -> None:
         self.path = Path(run_dir) / CHAIN
-        data = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        self.roots = [Path(run_dir), *((Path(root), Path(root).resolve()) if root is not None else ())]
+        data = _from_run_folder(json.loads(self.path.read_text()), Path(run_dir)) if self.path.is_file() else {}
         self.steps: list[dict[str, Any]] = data.get("steps", [])
         self.notes: dict[str, list[dict[str, Any]]] = data.get("notes", {})
         self.lineage: dict[str, Any] | None = data.get("lineage")
@@ -91,7 +93,34 @@ class Chain:
         return payload
 
     def _write(self) -> None:
-        io.write_json(self.path, io.jsonable(self.to_dict()))
+        io.write_json(self.path, _to_run_folder(io.jsonable(self.to_dict()), self.path.parent, self.roots))
+
+
+def _to_run_folder(obj: Any, run_dir: Path, roots: list[Path]) -> Any:
+    """``chain.json`` as written: every absolute path that exists in the run folder or the workspace (``roots``)
+    relative to the run folder, as ``./sft/best`` or ``../../curricula/tiny-rl``, so a copied workspace names its
+    own folders (issue 45.7); ``_from_run_folder`` reads them back. Other strings (names, ledger models, hub ids,
+    files of the checkout) are kept as they are."""
+    if isinstance(obj, dict):
+        return {k: _to_run_folder(v, run_dir, roots) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_to_run_folder(v, run_dir, roots) for v in obj]
+    if isinstance(obj, str) and obj.startswith("/") and any(Path(obj).is_relative_to(r) for r in roots):
+        rel = os.path.relpath(obj, run_dir) if os.path.exists(obj) else None
+        return obj if rel is None else rel if rel.startswith("../") else f"./{rel}"
+    return obj
+
+
+def _from_run_folder(obj: Any, run_dir: Path) -> Any:
+    """The paths ``_to_run_folder`` wrote, absolute again under the run folder as it is now; a record of the old
+    code (absolute paths) reads as it is."""
+    if isinstance(obj, dict):
+        return {k: _from_run_folder(v, run_dir) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_from_run_folder(v, run_dir) for v in obj]
+    if isinstance(obj, str) and obj.startswith(("./", "../")):
+        return os.path.normpath(run_dir / obj)
+    return obj
 
 
 @dataclass(frozen=True)
@@ -105,7 +134,7 @@ class Run:
 
     def chain(self) -> Chain:
         """The run's ``chain.json`` as it is now (read fresh: a step may have run in another process)."""
-        return Chain(self.run_dir)
+        return Chain(self.run_dir, self.ws.root)
 
     @property
     def tag(self) -> str:

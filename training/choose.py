@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from curate import io
+from curate.errors import InputError
 from training import run_folder
 from training.chain import ChainState, Run
 
@@ -33,9 +34,26 @@ VALIDATION = "validation.json"  # sft/validation.json: every evaluated point and
 
 
 def read_validation(out_dir: str | Path) -> dict[str, Any] | None:
-    """``sft/validation.json`` (``choose_sft`` writes it once the choice is made), or None."""
+    """``sft/validation.json`` (``choose_sft`` writes it once the choice is made), or None. Each point's model is
+    kept relative to the SFT folder (``checkpoints/checkpoint-500``, ``final``: a copied workspace names its own
+    folders, issue 45.7) and read back as a path there; a record written with absolute paths reads as it is."""
     path = Path(out_dir) / VALIDATION
-    return io.read_json(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    record = io.read_json(path)
+    for point in record.get("points") or []:
+        point["model"] = str(Path(out_dir) / point["model"])  # an absolute path stays itself
+    return record
+
+
+def _write_validation(out_dir: Path, record: dict[str, Any]) -> None:
+    """``sft/validation.json`` with every point's model relative to ``out_dir`` (``read_validation``)."""
+    points = [{**p, "model": _relative(Path(p["model"]), out_dir)} for p in record["points"]]
+    io.write_json(out_dir / VALIDATION, {**record, "points": points})
+
+
+def _relative(path: Path, folder: Path) -> str:
+    return str(path.relative_to(folder)) if path.is_relative_to(folder) else str(path)
 
 
 def best_point(points: list[dict[str, Any]]) -> dict[str, Any]:
@@ -78,10 +96,15 @@ def _evaluate_points(run: Run, out_dir: Path) -> list[dict[str, Any]]:
     candidates[last] = out_dir / run_folder.FINAL  # the final model stands for its step's checkpoint
     points = []
     for step in sorted(candidates):
+        if not _whole(run, candidates[step]):
+            continue
         result = evaluate(candidates[step], problems, cfg, progress=True)
         points.append({"step": step, "model": str(candidates[step]),
                        **{k: result[k] for k in ("pass_at_1", "stderr", "n_problems", "k")}})  # fmt: skip
         run.echo(f"[chain] sft: {sec.split} pass@1 at step {step}: {result['pass_at_1']:.3f} ± {result['stderr']:.3f}")
+    if not points:
+        raise InputError(f"{out_dir}: no whole checkpoint or final model to choose the SFT model from; delete the "
+                         "folder to train SFT again")  # fmt: skip
     return points
 
 
@@ -99,6 +122,21 @@ def _training_points(run: Run, out_dir: Path) -> tuple[list[dict[str, Any]], dic
     for p in points:
         run.echo(f"[chain] sft: {curve['split']} pass@1 at step {p['step']}: {p['pass_at_1']:.3f} ± {p['stderr']:.3f}")
     return points, (read_metrics(out_dir) or {}).get("stopped")
+
+
+def _whole(run: Run, model: Path) -> bool:
+    """Whether a candidate of the choice is whole (``run_folder.damage``: its ``files.json``, finite weights). A
+    damaged checkpoint is set aside (``bad-checkpoint-N``) with one line and never evaluated or chosen (issue
+    45.1: NaN weights were an 89-line sampling traceback, zeroed bytes a quietly worse model)."""
+    problem = run_folder.damage(model) if (model / "config.json").is_file() else "it is missing"
+    if problem is None:
+        return True
+    if model.name.startswith(run_folder.PREFIX) and model.is_dir():
+        run.echo(f"[chain] warning: {model} is damaged ({problem}); set aside as "
+                 f"{run_folder.set_aside(model).name}, not a candidate")  # fmt: skip
+    else:
+        run.echo(f"[chain] warning: {model} is damaged ({problem}); not a candidate")
+    return False
 
 
 def _write_best(out_dir: Path, chosen: dict[str, Any], choice: dict[str, Any]) -> Path:
@@ -129,8 +167,19 @@ def choose_sft(run: Run, state: ChainState, out_dir: Path) -> ChainState:
     if sec is None:
         return state
     record = read_validation(out_dir)
-    if record is None or not (out_dir / BEST / run_folder.FILES).is_file():
-        points, stopped = _training_points(run, out_dir) or (_evaluate_points(run, out_dir), None)
+    best = out_dir / BEST
+    if record is not None and (best / run_folder.FILES).is_file() and (problem := run_folder.damage(best)):
+        run.echo(f"[chain] warning: {best} is damaged ({problem}); set aside as {run_folder.set_aside(best).name}, "
+                 "choosing again from the whole checkpoints")  # fmt: skip
+    if record is None or not (best / run_folder.FILES).is_file():
+        # points already evaluated are not evaluated again: a damaged choice is made again from the whole ones
+        points = [p for p in record["points"] if _whole(run, Path(p["model"]))] if record is not None else []
+        stopped = record.get("stopped") if record is not None else None
+        if not points:
+            points, stopped = _training_points(run, out_dir) or (_evaluate_points(run, out_dir), None)
+            points = [p for p in points if _whole(run, Path(p["model"]))]
+        if not points:
+            raise InputError(f"{out_dir}: no whole SFT checkpoint or final model to choose from: train SFT again")
         chosen = best_point(points)
         choice = {"split": sec.split, "step": chosen["step"], "steps": points[-1]["step"], "candidates": len(points),
                   **{k: chosen[k] for k in ("pass_at_1", "stderr", "n_problems", "k")},
@@ -138,7 +187,7 @@ def choose_sft(run: Run, state: ChainState, out_dir: Path) -> ChainState:
         _write_best(out_dir, chosen, choice)
         record = {"points": points, "chosen": choice, "reference": sec.reference, "band": sec.band,
                   "stopped": stopped}  # fmt: skip
-        io.write_json(out_dir / VALIDATION, record)
+        _write_validation(out_dir, record)
     choice, stopped = record["chosen"], record.get("stopped")
     if stopped:
         run.echo(f"[chain] sft: {stopped['text']}")

@@ -54,6 +54,7 @@ from curate.rollout.backends import (
     request_seed,
     sampler_name,
 )
+from curate.rollout.model_check import check_model
 from curate.rollout.vllm_engine import VLLMOptions
 
 
@@ -253,6 +254,8 @@ def evaluate(
         df = df.sort(S.PROBLEM_ID).head(cfg.limit)
     if df.is_empty():
         raise ValueError("no problems to evaluate")
+    if generate is None and cfg.backend != "openai" and Path(model_dir).exists():  # issue 45.1: never NaN logits
+        check_model(model_dir)  # a damaged folder is one line, before any sample
     t0 = time.perf_counter()
     ids = df[S.PROBLEM_ID].to_list()
     messages = [user_message(p, cfg.instruction) for p in df[S.PROBLEM].to_list()]

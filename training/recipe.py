@@ -126,6 +126,13 @@ class SFTValidation:
         if self.split == "test":
             raise ConfigError("sft.validation.split: choosing the SFT model on the test split would report on the "
                               "problems the choice was made on; use validation")  # fmt: skip
+        if self.split == "train":  # issue 45.2: accepted, it chose on the problems SFT trained on
+            raise ConfigError("sft.validation.split: choosing the SFT model on the train split rewards memorizing "
+                              "its traces; use validation (problems SFT never trained on)")  # fmt: skip
+        if self.reference is not None and not 0 <= self.reference <= 1:
+            raise ConfigError(f"sft.validation.reference must be a pass@1 in [0, 1] (or null), got {self.reference}")
+        if not 0 <= self.band <= 1:
+            raise ConfigError(f"sft.validation.band must be in [0, 1] (how far below the reference), got {self.band}")
 
 
 @dataclass(frozen=True)
@@ -373,6 +380,7 @@ class RunRecipe:
         for name, section in self.stages.items():
             stage_rl(self.rl, section, self.run_settings(), where=f"stages.{name}")  # every stage's keys and values
         _check_curate_sections(self)
+        _check_validation_split(self)
 
     def run_settings(self) -> dict[str, Any]:
         """What the run sets on every RL stage from its own sections, last (``stage_rl``): with ``eval.every``,
@@ -400,7 +408,11 @@ def _check_curate_sections(recipe: RunRecipe) -> None:
     plan = None  # the curriculum config that builds the run's curriculum, when this recipe says
     if recipe.measure is not None:
         for stage, section in measure_sections(recipe, "<model>").items():
-            checked = pipeline.section(curate_recipe(recipe, stage, section), stage)
+            try:
+                checked = pipeline.section(curate_recipe(recipe, stage, section), stage)
+            except ConfigError as exc:  # the curate recipe's own sections were checked when it loaded: measure's
+                text = str(exc)
+                raise ConfigError(f"measure.{text}" if text.startswith(f"{stage}.") else text) from None
             plan = checked if stage == "curriculum" else plan
     elif recipe.curate is not None and "curriculum" in recipe.curate.stages:
         built = pipeline.section(recipe.curate, "curriculum")
@@ -414,6 +426,22 @@ def _check_curate_sections(recipe: RunRecipe) -> None:
         )
     if plan is not None:  # without it the names are checked when the chain reads the plan
         _check_stage_names(recipe, plan)
+
+
+def _check_validation_split(recipe: RunRecipe) -> None:
+    """``sft.validation.split`` against the splits the curate recipe's ingest sources give the pool, when every
+    source names its split: a split the pool will not have fails at load, not after the whole SFT (issue 45.2; a
+    pool built elsewhere is checked before the first step, ``training.runner``)."""
+    sec = recipe.sft.validation if recipe.sft is not None else None
+    cur = recipe.curate
+    if sec is None or cur is None or cur.pool != recipe.pool or "ingest" not in cur.stages:
+        return
+    from curate import pipeline
+
+    splits = {source.split for source in pipeline.section(cur, "ingest").sources}
+    if None not in splits and sec.split not in splits:
+        raise ConfigError(f"sft.validation.split: pool {recipe.pool!r} will have no {sec.split!r} problems (its "
+                          f"curate recipe's sources give {', '.join(sorted(splits))})")  # fmt: skip
 
 
 def _check_stage_names(recipe: RunRecipe, plan: Any) -> None:

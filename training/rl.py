@@ -198,6 +198,11 @@ def _check_counts(cfg: RLConfig) -> None:
         raise ConfigError("rl.micro_batch_size must be >= 1 or null")
     if cfg.engine not in ENGINES:
         raise ConfigError(f"rl.engine must be one of {ENGINES}, got {cfg.engine!r}")
+    if cfg.micro_batch_size is not None and cfg.generation_batch_size % cfg.micro_batch_size:  # issue 45.2: at load
+        raise ConfigError(
+            f"rl.micro_batch_size ({cfg.micro_batch_size}) must divide the completions per step, rl.prompts_per_step "
+            f"x rl.num_generations = {cfg.generation_batch_size}"
+        )
     if cfg.save_steps % cfg.num_iterations:
         raise ConfigError(
             f"rl.save_steps ({cfg.save_steps}) must be a multiple of rl.num_iterations ({cfg.num_iterations}): "

@@ -27,14 +27,24 @@ from typing import Any
 from curate import io
 from curate.errors import CurateError, InputError
 from curate.manifest import file_hash
+from curate.rollout import model_check
 
+
+# the one model check, shared with ``curate rollout`` (issue 45.1); the steps call it as ``run_folder.check_model``
+FILES = model_check.FILES
+check_files, check_weights, check_model = model_check.check_files, model_check.check_weights, model_check.check_model
+check_shapes, weight_files, damage = model_check.check_shapes, model_check.weight_files, model_check.damage
+read_files = model_check.read_files
 
 CHECKPOINTS = "checkpoints"
 PREFIX = "checkpoint-"  # the Trainer's checkpoint folder names
 FINAL = "final"
 SAMPLER_STATE = "sampler_state.json"  # an RL checkpoint's curriculum position (training.grpo_trainer writes it)
 TRAINER_STATE = "trainer_state.json"
-FILES = "files.json"  # sizes and sha256 of a checkpoint's / final model's files, written after them
+# transformers' Trainer pickles its TrainingArguments here (output_dir, logging_dir: this machine's paths) and never
+# reads it back (a resume reads trainer_state.json, the optimizer, scheduler and RNG states): dropped from every
+# checkpoint and final model before its record (``drop_machine_files``; issue 45.7)
+MACHINE_FILES = ("training_args.bin",)
 WEIGHTS = ("*.safetensors", "*.bin", "config.json")  # what ``final/``'s record covers (the card may rewrite the rest)
 
 
@@ -70,7 +80,7 @@ def finished(out_dir: Path, result_file: str) -> dict[str, Any] | None:
     result, final = out_dir / result_file, out_dir / FINAL
     if not (result.is_file() and (final / "config.json").is_file()):
         return None
-    problem = check_files(final)
+    problem = damage(final)  # its weights too: a record rewritten to match NaN bytes matches (issue 45.1)
     if problem is not None:
         _warn(f"{final} is damaged ({problem}); training it again from the last whole checkpoint")
         result.unlink()
@@ -91,12 +101,10 @@ def last_checkpoint(folder: Path, required: Sequence[str] = ()) -> Path | None:
     ]  # the rest were killed while saving: never complete
     for k in reversed(range(len(saved))):
         ckpt = saved[k]
-        problem = check_files(ckpt) or check_weights(ckpt)
+        problem = damage(ckpt)
         if problem is None:
             return ckpt
-        aside = ckpt.with_name(f"bad-{ckpt.name}")
-        shutil.rmtree(aside, ignore_errors=True)
-        ckpt.rename(aside)
+        aside = set_aside(ckpt)
         then = f"going back to {saved[k - 1].name}" if k else "no checkpoint before it: training starts at step 0"
         _warn(f"{ckpt} is damaged ({problem}); set aside as {aside.name}, {then}")
     return None
@@ -138,12 +146,6 @@ def record_files(folder: Path, patterns: Sequence[str] = ("*",)) -> Path:
     return io.write_json(folder / FILES, record)
 
 
-def read_files(folder: Path) -> dict[str, dict[str, Any]]:
-    """``folder``'s ``files.json`` (``record_files``): ``{file name: {"bytes": n, "sha256": hex}}``. Raises
-    ``OSError`` when it is missing, ``ValueError`` when it is not JSON."""
-    return json.loads((Path(folder) / FILES).read_text())
-
-
 class NotFinite(CurateError):
     """Training produced non-finite weights: the model is not sealed as final (the CLI prints one line, exit 1)."""
 
@@ -157,54 +159,29 @@ def seal(final: Path) -> Path:
     final = Path(final)
     problem = check_weights(final)
     if problem is not None:
-        aside = final.with_name(f"bad-{final.name}")
-        shutil.rmtree(aside, ignore_errors=True)
-        final.rename(aside)
+        aside = set_aside(final)
         raise NotFinite(
             f"training produced a model with non-finite weights ({problem}); it is not sealed as {final} (set aside "
             f"as {aside.name}); lower the learning rate or check the data, then train again"
         )
+    drop_machine_files(final)
     return record_files(final, WEIGHTS)
 
 
-def check_weights(folder: Path) -> str | None:
-    """What is wrong with ``folder``'s safetensors weights, or None: every ``*.safetensors`` file must parse (its
-    header, and a size that matches it) and hold only finite floating-point values. Reads each tensor once, through
-    safetensors' own reader (memory-mapped, one tensor at a time)."""
-    import torch
-    from safetensors import SafetensorError, safe_open
-
-    for path in sorted(Path(folder).glob("*.safetensors")):
-        try:
-            with safe_open(str(path), framework="pt") as weights:
-                for name in weights.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
-                    tensor = weights.get_tensor(name)
-                    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-                        return f"{path.name}: {name} holds NaN or infinite values"
-        except (SafetensorError, OSError, RuntimeError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return f"{path.name} is not a readable safetensors file ({first})"
-    return None
+def drop_machine_files(folder: Path) -> None:
+    """Remove the files of ``MACHINE_FILES`` from a model folder or checkpoint: no machine path in a model."""
+    for name in MACHINE_FILES:
+        (Path(folder) / name).unlink(missing_ok=True)
 
 
-def check_files(folder: Path) -> str | None:
-    """What is wrong with ``folder``'s files against ``files.json`` (a missing, resized or changed file), or None
-    when they match or the folder has no record (written before records existed)."""
-    if not (Path(folder) / FILES).is_file():
-        return None
-    try:
-        record = read_files(folder)
-    except ValueError:
-        return f"{FILES} is unreadable"
-    for name, want in record.items():
-        path = Path(folder) / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if path.stat().st_size != want["bytes"]:
-            return f"{name} has {path.stat().st_size} bytes, {want['bytes']} were written"
-        if "sha256" in want and file_hash(path) != want["sha256"]:
-            return f"{name} changed since it was written"
-    return None
+def set_aside(folder: Path) -> Path:
+    """Rename a damaged model folder or checkpoint ``bad-<name>`` (replacing an older one), so no reader takes it
+    again and its bytes stay for a look; returns the new path."""
+    folder = Path(folder)
+    aside = folder.with_name(f"bad-{folder.name}")
+    shutil.rmtree(aside, ignore_errors=True)
+    folder.rename(aside)
+    return aside
 
 
 def save_callback() -> Any:
@@ -215,108 +192,10 @@ def save_callback() -> Any:
     class RecordCheckpoint(TrainerCallback):
         def on_save(self, args, state, control, **kwargs):
             if state.is_world_process_zero:
+                drop_machine_files(Path(args.output_dir) / f"{PREFIX}{state.global_step}")
                 record_files(Path(args.output_dir) / f"{PREFIX}{state.global_step}")
 
     return RecordCheckpoint()
-
-
-def check_model(model: str | Path) -> str:
-    """A step's starting model as transformers should load it: a local model folder, or a hub id. A folder must have
-    a ``config.json`` that parses and match its ``files.json`` when it has one (a folder this project sealed: its
-    weights were finite then); without a record (a folder downloaded or copied from elsewhere) it must hold a weights
-    file (``weight_files``), its safetensors weights must parse and be finite (``check_weights``: one read of the
-    weights) and have the shapes of the model its ``config.json`` describes (``check_shapes``: their headers). A
-    path that names no folder, and a damaged folder, are an ``InputError`` line here, in the project's words,
-    instead of transformers' traceback minutes later (issue 38.5: after curation)."""
-    text = str(model)
-    path = Path(text).expanduser()
-    if path.exists():
-        if not (path / "config.json").is_file():
-            raise InputError(f"{text} is not a model folder (no config.json)")
-        problem = check_files(path) or _check_config(path / "config.json")
-        if problem is None and not _sealed(path):
-            problem = weight_files(path)[1] or check_weights(path) or check_shapes(path)
-        if problem is not None:
-            raise InputError(f"model folder {text} is damaged: {problem}")
-        return str(path)
-    if text.startswith((".", "/", "~")) or text.count("/") > 1 or "\\" in text or not text.strip():
-        raise InputError(f"model folder {text} does not exist (and it is not a hub id like Qwen/Qwen2.5-Math-1.5B)")
-    return text
-
-
-WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")  # transformers' sharded weights
-
-
-def weight_files(folder: Path) -> tuple[list[Path], str | None]:
-    """A model folder's weight files (every shard its index names, else ``*.safetensors``, else
-    ``pytorch_model*.bin``), and what is wrong: no weights at all, or a shard its index names is missing."""
-    for name in WEIGHT_INDEXES:
-        if (folder / name).is_file():
-            try:
-                shards = sorted(set(io.read_json(folder / name)["weight_map"].values()))
-            except (ValueError, KeyError, TypeError, AttributeError):
-                return [], f"{name} is not a weights index (no weight_map of tensor -> file)"
-            missing = [shard for shard in shards if not (folder / shard).is_file()]
-            if missing:
-                return [], f"{missing[0]} (named by {name}) is missing"
-            return [folder / shard for shard in shards], None
-    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("pytorch_model*.bin"))
-    if not files:
-        return [], "no weights file (model.safetensors, *.safetensors shards with their index, or pytorch_model.bin)"
-    return files, None
-
-
-def check_shapes(folder: Path) -> str | None:
-    """What is wrong between ``config.json`` and the safetensors weights, or None: each tensor that the model
-    ``config.json`` describes has (built on the meta device: no memory) must have that shape in the weights' headers
-    (a config copied from another size, or with ``hidden_size`` edited). Quantized weights are packed in other
-    shapes and are not compared; neither are tensors the model does not name (transformers ignores those)."""
-    import torch
-    from safetensors import SafetensorError, safe_open
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    try:
-        config = AutoConfig.from_pretrained(str(folder))
-        if getattr(config, "quantization_config", None):
-            return None
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config)
-    except (ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return f"config.json does not describe a causal language model transformers can build ({first})"
-    want = {name: list(t.shape) for name, t in model.state_dict().items()}
-    prefix = f"{model.base_model_prefix}."
-    for path in (f for f in weight_files(folder)[0] if f.suffix == ".safetensors"):
-        try:
-            with safe_open(str(path), framework="pt") as weights:
-                for key in weights.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
-                    name = next((n for n in (key, prefix + key, key.removeprefix(prefix)) if n in want), None)
-                    shape = weights.get_slice(key).get_shape() if name else None
-                    if name and list(shape) != want[name]:
-                        return (
-                            f"config.json does not match the weights: {path.name} holds {key} of shape {list(shape)}, "
-                            f"the model config.json describes has {want[name]}"
-                        )
-        except (SafetensorError, OSError) as exc:
-            return f"{path.name} is not a readable safetensors file ({exc})"
-    return None
-
-
-def _check_config(path: Path) -> str | None:
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        return f"{path.name} is not valid JSON ({exc})"
-    return None if isinstance(config, dict) else f"{path.name} is not a JSON object"
-
-
-def _sealed(folder: Path) -> bool:
-    """Whether ``folder`` has a ``files.json`` with content hashes (``seal``), which ``check_files`` verified."""
-    try:
-        record = read_files(folder)
-    except (OSError, ValueError):
-        return False
-    return bool(record) and all("sha256" in entry for entry in record.values())
 
 
 def load_tokenizer(model: str, **kwargs: Any) -> Any:

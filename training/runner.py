@@ -565,6 +565,8 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
 
     ev = recipe.eval
     heldout_problems(run.ws, recipe.pool, split=ev.split, limit=ev.limit, sources=ev.sources)  # fails before training
+    if (valid := recipe.sft.validation if recipe.sft is not None else None) is not None:  # so does the choice's
+        heldout_problems(run.ws, recipe.pool, split=valid.split, limit=valid.limit, sources=ev.sources)
     if recipe.measure is None:
         run.stages()  # validated before any model work (with ``measure`` the curriculum is built after SFT)
 

@@ -14,6 +14,7 @@ re-import the main module).
 from __future__ import annotations
 
 import codecs
+import errno
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from curate import io
+from curate.console import STORAGE, disk_full_text
 from curate.errors import CurateError
 from curate.progress import set_status
 
@@ -33,6 +35,8 @@ from curate.progress import set_status
 STEP_LOG = "step.log"  # a training step's output, beside its run folder's files
 STEP_LINE = re.compile(r"\b(?:sft|rl) step (\d+)/(\d+)")  # a training step's progress line (training.sft, .rl)
 RUNNING = "running.json"  # what a live run is doing, how far (curate.progress.status_file; ``training show``)
+FULL_HINT = STORAGE[errno.ENOSPC]  # "free some space, then run the command again: finished work is kept"
+FULL_MARK = "curate-rl step: disk full: "  # the line a step's process prints for a full disk (``child_main``)
 
 
 def running_line(run_dir: Path) -> str | None:
@@ -129,6 +133,9 @@ def run_step(spec: Mapping[str, Any], launch: list[str] | None = None) -> dict[s
             echo.feed(decode.decode(b"", final=True), final=True)
     if rc in (-signal.SIGINT, 128 + signal.SIGINT):  # Ctrl-C reached the step first: the user's interrupt
         raise KeyboardInterrupt
+    if rc != 0 and (echo.full or (echo.error and disk_full_text(echo.error))):
+        raise DiskFull(f"No space left on device: training step {spec['kind']} could not write {out} ({FULL_HINT}); "
+                       f"its log: {log}")  # fmt: skip
     if rc != 0 or not result_path.is_file():
         how = f"was killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with code {rc}"
         why = f" ({echo.error})" if echo.error else ""
@@ -182,6 +189,7 @@ class StepEcho:
         self.pending = ""
         self.state = "echo"  # "echo", "frames" (inside a traceback) or "raised" (after its exception line)
         self.error: str | None = None
+        self.full: str | None = None  # the step's ``FULL_MARK`` line: the disk is full (``child_main``)
 
     def feed(self, text: str, final: bool = False) -> None:
         """Echo the complete lines of ``text`` (and, when ``final``, the rest)."""
@@ -197,6 +205,12 @@ class StepEcho:
 
     def _shown(self, line: str) -> bool:
         body = line.rstrip("\r\n")
+        if body.startswith(FULL_MARK):
+            self.full = body.removeprefix(FULL_MARK)
+            return False
+        if body.startswith(self._CHAINED):  # a link between chained tracebacks, never a step's own line
+            self.state = "frames"
+            return False
         if body.startswith("Traceback (most recent call last):"):
             self.state = "frames"
             return False
@@ -210,6 +224,12 @@ class StepEcho:
             return False
         self.state = "echo"  # after the exception line, a line of the step's own: the step went on
         return True
+
+
+class DiskFull(CurateError):
+    """A training step found the disk full: one line, exit 2 (the machine's state, not a bug; issue 45.3)."""
+
+    exit_code = 2
 
 
 class StepFailed(CurateError):
@@ -297,6 +317,31 @@ def stamp_lineage(model_dir: str | Path, lineage: Mapping[str, Any]) -> bool:
     return True
 
 
+def child_main(spec_path: Path, main: Callable[[Path], None] = step_main) -> None:
+    """A step's process: ``main(spec_path)``; a full disk (``curate.console.disk_full``: ``OSError`` ENOSPC, torch's
+    "unexpected pos", ...) is not a bug: its traceback goes to ``step.log`` only (when the disk still takes it)
+    and the parent gets one ``FULL_MARK`` line and exit code 2, so the terminal shows one line and nothing above
+    it (issue 45.3: torch's words were the line, exit 1; RL printed ``OSError`` and ``During handling`` lines)."""
+    import traceback
+
+    from curate.console import disk_full
+
+    try:
+        main(spec_path)
+    except Exception as exc:
+        if not disk_full(exc):
+            raise
+        try:
+            with (spec_path.parent / STEP_LOG).open("a") as log:
+                traceback.print_exc(file=log)
+        except OSError:
+            pass  # the disk is full: the line below says what happened
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        sys.stderr.write(f"{FULL_MARK}{type(exc).__name__}: {first}\n")
+        sys.stderr.flush()
+        sys.exit(2)
+
+
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's (``run_step``): it stops this step
-    step_main(Path(sys.argv[1]))
+    child_main(Path(sys.argv[1]))

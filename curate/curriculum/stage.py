@@ -133,8 +133,8 @@ class CurriculumConfig:
             raise ConfigError(f"curriculum.unit {self.unit!r} is not one of {UNITS}")
         if self.unit == "tokens" and not self.tokenizer:
             raise ConfigError("curriculum.unit 'tokens' needs curriculum.tokenizer (a local tokenizer folder)")
-        if list(self.bins) != sorted(self.bins) or len(self.bins) < 2:
-            raise ConfigError(f"curriculum.bins must be >= 2 increasing edges, got {self.bins}")
+        if list(self.bins) != sorted(self.bins) or len(self.bins) < 2 or not 0 <= self.bins[0] <= self.bins[-1] <= 1:
+            raise ConfigError(f"curriculum.bins must be >= 2 increasing pass-rate edges in [0, 1], got {self.bins}")
         if self.ladder_factor < 2 or not 1 <= self.ladder_n0 <= self.ladder_n_max:
             raise ConfigError("curriculum ladder: factor >= 2 and 1 <= ladder_n0 <= ladder_n_max")
         if self.ladder_patience < 1 or self.ladder_window < 1 or self.ladder_collapse_drop <= 0:

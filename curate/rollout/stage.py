@@ -56,7 +56,7 @@ from curate.locks import lock_timeout
 from curate.manifest import manifest_path as folder_manifest_path
 from curate.progress import bar
 from curate.prompts import INSTRUCTION as DEFAULT_INSTRUCTION
-from curate.rollout import backends, ledger, stats
+from curate.rollout import backends, ledger, model_check, stats
 from curate.rollout.backends import HFOptions, OpenAIOptions, Request, Sampling
 from curate.rollout.ledger import claims_dir, live_claims
 from curate.rollout.vllm_engine import VLLMOptions
@@ -501,6 +501,9 @@ def rollout(
     """Plan, run every shard (with a progress bar), finalize: what ``curate rollout`` and ``run_stage`` call."""
     t0 = time.perf_counter()
     shards, problems = _plan(ws, pool, cfg)
+    local = ws.model_path(cfg.model)
+    if shards and cfg.backend != "openai" and Path(local).exists():  # a damaged model writes no row (issue 45.1)
+        model_check.check_model(local)
     total = sum(s.samples for s in shards)
     generated = tokens = 0
     with bar(total, f"rollout {cfg.model}", enabled=progress and total > 0, unit="samples") as advance:

@@ -280,3 +280,27 @@ def test_the_multi_gpu_recipe_without_deepspeed_says_which_extra_to_install(tmp_
     assert main(["run", "--recipe", recipe, "--home", str(tmp_path / "ws")]) == 2
     assert "pip install -e '.[gpu,multigpu]'" in _one_line(capsys)
     assert not (tmp_path / "ws").exists()  # before any work
+
+
+def test_settings_that_failed_after_sft_fail_at_load_naming_their_section(tmp_path, capsys):
+    """Issue 45.2 on the demo's recipe: ``sft.validation.split=bogus`` failed after the whole SFT (and the corrected
+    recipe was then refused on the same folder), a ``rl.micro_batch_size`` that does not divide the completions per
+    step failed after SFT and ``measure``, and ``split=train``, ``band=-1``, ``reference=2.0`` and curriculum bins
+    outside [0, 1] were accepted. Each is one line naming its key, before any work."""
+    recipe = "training/recipes/tiny/fastcurl.yaml"
+    cases = {
+        "sft.validation.split=bogus": "sft.validation.split: pool 'tiny' will have no 'bogus' problems (its curate "
+        "recipe's sources give test, train, validation)",
+        "sft.validation.split=train": "sft.validation.split: choosing the SFT model on the train split",
+        "sft.validation.band=-1": "sft.validation.band must be in [0, 1]",
+        "sft.validation.reference=2.0": "sft.validation.reference must be a pass@1 in [0, 1]",
+        "measure.curriculum.bins=[-1, 0.5, 3]": "error: measure.curriculum.bins must be >= 2 increasing pass-rate "
+        "edges in [0, 1]",
+        "rl.micro_batch_size=3": "rl.micro_batch_size (3) must divide the completions per step, rl.prompts_per_step "
+        "x rl.num_generations = 256",
+        "stages.stage4.micro_batch_size=96": "stages.stage4.micro_batch_size (96) must divide",
+    }
+    for key, message in cases.items():
+        assert main(["run", "--recipe", recipe, "--home", str(tmp_path / "ws"), "--set", key]) == 2
+        assert message in _one_line(capsys), key
+    assert not (tmp_path / "ws").exists()  # before any work

@@ -21,7 +21,7 @@ from curate.errors import InputError, LockTimeout
 from tests.processes import alive, wait_for
 from training.chain import HARMLESS, open_run, run_lock
 from training.recipe import recipe_from_mapping
-from training.step import StepFailed, run_step
+from training.step import DiskFull, StepFailed, run_step
 
 
 RECIPE = {"name": "r", "pool": "p", "train": "x.parquet", "rl": {"loss_type": "cispo"}}
@@ -161,17 +161,78 @@ def test_a_failed_step_is_one_line_with_its_exit_code_and_log(tmp_path, monkeypa
 
 def test_a_full_disk_in_a_step_is_one_line_and_its_tracebacks_stay_in_the_log(tmp_path, monkeypatch, capsys):
     """Issue 38.7: a full disk during a step echoed its two tracebacks (38-44 lines) above the one clear line. Now
-    the terminal gets the step's own lines and that one line, which names the error; step.log keeps both."""
+    the terminal gets the step's own lines and that one line, which says the disk is full (exit 2, issue 45.3);
+    step.log keeps both tracebacks."""
     script = tmp_path / "step.py"
     script.write_text(STAND_IN)
     monkeypatch.setenv("STAND_IN", "full")
-    with pytest.raises(StepFailed) as err:
+    with pytest.raises(DiskFull) as err:
         run_step({"kind": "sft", "out": str(tmp_path / "sft")}, launch=[sys.executable, str(script)])
-    state = tmp_path / "sft" / "checkpoint-5" / "trainer_state.json"
-    assert f"exited with code 1 (OSError: [Errno 28] No space left on device: '{state}'); its log:" in str(err.value)
+    assert str(err.value).startswith(f"No space left on device: training step sft could not write {tmp_path / 'sft'}")
+    assert "free some space" in str(err.value) and err.value.exit_code == 2
     assert capsys.readouterr().err == "stand-in step started\nsft step 5/10: loss=0.1\n"
     log = (tmp_path / "sft" / "step.log").read_text()
     assert log.count("Traceback (most recent call last):") == 2 and "During handling of the above" in log
+
+
+FULL_STEP = """
+import sys
+from pathlib import Path
+from training.step import child_main
+
+def save(spec):
+    print("rl step 5/10: reward=0.1", flush=True)
+    if sys.argv[-2] == "torch":  # what torch.save's zip writer raises on a full disk, then again on closing
+        try:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 5242944 vs 5242832")
+        finally:
+            raise RuntimeError("[enforce fail at inline_container.cc:858] . PytorchStreamWriter failed writing file")
+    try:  # the RL step's: a write fails, and so does the cleanup that handles it
+        raise OSError(28, "No space left on device")
+    except OSError:
+        raise OSError(28, "No space left on device", str(spec.parent / "sampler_state.json"))
+
+child_main(Path(sys.argv[-1]), save)
+"""
+
+
+@pytest.mark.parametrize("how", ["torch", "oserror"])
+def test_a_full_disk_is_one_line_exit_2_with_nothing_above_it(tmp_path, capsys, how):
+    """Issue 45.3: during SFT the one line was torch's ``RuntimeError: [enforce fail at inline_container.cc:672] .
+    unexpected pos ...`` (exit 1), during RL three lines (``OSError ...``, ``During handling ...``) came before it.
+    The step's process (``child_main``) knows a full disk in either's words: the terminal gets the step's own lines
+    and one line that says so, exit 2 from ``training run``; the traceback is in step.log."""
+    script = tmp_path / "step.py"
+    script.write_text(FULL_STEP)
+    out = tmp_path / "rl"
+    with pytest.raises(DiskFull) as err:
+        run_step({"kind": "rl", "out": str(out)}, launch=[sys.executable, str(script), how])
+    assert capsys.readouterr().err == "rl step 5/10: reward=0.1\n"  # nothing of the tracebacks
+    assert str(err.value).startswith(f"No space left on device: training step rl could not write {out} (free some")
+    assert "\n" not in str(err.value) and err.value.exit_code == 2
+    assert "Traceback (most recent call last):" in (out / "step.log").read_text()
+
+
+@pytest.mark.parametrize("words", [
+    "[enforce fail at inline_container.cc:672] . unexpected pos 5242944 vs 5242832",  # torch.save's zip writer
+    'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })',
+])  # fmt: skip
+def test_a_full_disk_in_a_library_s_words_is_one_line_in_the_cli(capsys, words):
+    """Issue 45.3: a verb that saves in its own process (``training sft``) printed torch's or safetensors' words for
+    a full disk with a traceback, exit 1. ``run_app`` (both CLIs' error path) knows them: one line, exit 2."""
+    import typer
+
+    from curate.console import run_app
+
+    app = typer.Typer()
+
+    @app.command()
+    def save() -> None:
+        raise RuntimeError(words)
+
+    assert run_app(app, []) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: No space left on device (free some space") and len(err.splitlines()) == 1
 
 
 def test_a_step_ended_by_ctrl_c_is_an_interrupt_not_a_failure(tmp_path, monkeypatch):
@@ -257,3 +318,33 @@ def test_show_of_a_running_step_says_step_n_of_m_and_the_time_left(tmp_path):
             (out / "go").write_text("1")
             step.join(timeout=30)
     assert done == {"ok": True}
+
+
+def test_chain_json_names_the_run_s_folders_relative_to_it_and_a_copied_workspace_reads_its_own(tmp_path):
+    """Issue 45.7: ``chain.json`` of a copied workspace kept the absolute paths of the original. Paths in the run
+    folder or the workspace are written relative to the run folder and read back under the folder as it is now;
+    names (ledger models, hub ids) stay as they are, and a record of the old code (absolute paths) reads as it is."""
+    import shutil
+
+    from curate import io
+    from training.chain import CHAIN, Chain, Run
+
+    home = tmp_path / "ws"
+    run_dir = home / "runs" / "r"
+    (run_dir / "sft" / "best").mkdir(parents=True)
+    (home / "curricula" / "c").mkdir(parents=True)
+    run = Run(recipe_from_mapping({"name": "r", "pool": "p", "train": "t.parquet"}), io.Workspace(home), run_dir)
+    chain = run.chain()
+    chain.put({"step": "sft", "model": str(run_dir / "sft" / "best"), "ledger_model": "runs/r/sft/best"})
+    chain.set_lineage({"curriculum": str(home / "curricula" / "c"), "base": "Qwen/Qwen2.5-Math-1.5B"})
+    text = (run_dir / CHAIN).read_text()
+    assert str(tmp_path) not in text and '"./sft/best"' in text and '"../../curricula/c"' in text
+    copy = tmp_path / "copy"
+    shutil.copytree(home, copy)
+    moved = Chain(copy / "runs" / "r", copy)
+    assert moved.get("sft") == {"step": "sft", "model": str(copy / "runs" / "r" / "sft" / "best"),
+                                "ledger_model": "runs/r/sft/best"}  # fmt: skip
+    assert moved.lineage == {"curriculum": str(copy / "curricula" / "c"), "base": "Qwen/Qwen2.5-Math-1.5B"}
+    old = {"steps": [{"step": "init", "model": "/elsewhere/runs/r/init"}]}  # written by the old code
+    (run_dir / CHAIN).write_text(json.dumps(old))
+    assert Chain(run_dir).steps == old["steps"]

@@ -70,7 +70,7 @@ READERS = {
     "training/chain.py": {"Chain.__init__", "read_recipe", "read_pinned"},
     "training/step.py": {"step_record"},
     "training/outcome.py": {"read_summary"},
-    "training/run_folder.py": {"read_identity", "finished", "read_files", "_check_config"},
+    "training/run_folder.py": {"read_identity", "finished"},
     "training/plots.py": {"read_fit"},
     "training/sft.py": {"read_metrics"},
     "training/card.py": {"read_lineage"},

@@ -130,7 +130,7 @@ def test_a_damaged_final_model_is_not_a_finished_run(tmp_path, capsys):
     final = out / rf.FINAL
     final.mkdir(parents=True)
     (final / "config.json").write_text("{}")
-    (final / "model.safetensors").write_bytes(b"x" * 64)
+    save_file({"w": torch.ones(16)}, str(final / "model.safetensors"))
     (final / "README.md").write_text("card")
     rf.record_files(final, rf.WEIGHTS)
     (out / "summary.json").write_text(json.dumps({"steps": 3}))
@@ -140,6 +140,13 @@ def test_a_damaged_final_model_is_not_a_finished_run(tmp_path, capsys):
     (final / "model.safetensors").write_bytes(b"x" * 32)
     assert rf.finished(out, "summary.json") is None  # trains again from its last whole checkpoint
     assert not (out / "summary.json").exists() and "damaged" in capsys.readouterr().err
+    # issue 45.1: NaN weights with files.json rewritten to match them are damaged too
+    save_file({"w": torch.full((16,), float("nan"))}, str(final / "model.safetensors"))
+    rf.record_files(final, rf.WEIGHTS)
+    (out / "summary.json").write_text(json.dumps({"steps": 3}))
+    assert rf.finished(out, "summary.json") is None and "NaN" in capsys.readouterr().err
+    with pytest.raises(InputError, match=r"is damaged: model.safetensors: w holds NaN"):
+        rf.check_model(final)  # every reader's check (evaluation, rollout, the next step) refuses it too
 
 
 def test_claim_refuses_a_folder_of_another_run(tmp_path):
@@ -182,3 +189,23 @@ def test_only_the_tied_embeddings_missing_from_a_checkpoint_are_silenced():
     finally:
         log.removeHandler(handler)
     assert seen == ["There were missing keys in the checkpoint model loaded: ['lm_head.weight', 'model.norm.weight']."]
+
+
+def test_no_model_folder_or_checkpoint_keeps_the_trainers_pickled_machine_paths(tmp_path):
+    """Issue 45.7: ``training_args.bin`` (transformers pickles its TrainingArguments: output_dir, logging_dir) was
+    in every checkpoint and model folder. Nothing reads it back; a checkpoint's record and a sealed model drop it."""
+    from types import SimpleNamespace as NS
+
+    ckpt = tmp_path / "checkpoints" / "checkpoint-2"
+    final = tmp_path / "final"
+    for folder in (ckpt, final):
+        folder.mkdir(parents=True)
+        save_file({"w": torch.ones(4)}, str(folder / "model.safetensors"))
+        (folder / "config.json").write_text("{}")
+        torch.save({"output_dir": str(tmp_path)}, folder / "training_args.bin")
+    rf.save_callback().on_save(NS(output_dir=str(tmp_path / "checkpoints")), NS(is_world_process_zero=True,
+                               global_step=2), None)  # fmt: skip
+    rf.seal(final)
+    for folder in (ckpt, final):
+        assert not (folder / "training_args.bin").exists() and "training_args.bin" not in rf.read_files(folder)
+        assert rf.check_files(folder) is None

@@ -440,8 +440,10 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
     fresh = everything.filter(pl.col(S.SAMPLE_IDX) >= 2)
     assert fresh.height == 2 * 10 and fresh[S.PROBLEM_ID].n_unique() == 10 and set(fresh[S.PROBLEM_ID]) <= rl_ids
     assert measured[S.RUN_ID].str.starts_with("chain-").all()  # the next run's curation will not read them
-    chain = json.loads((run_dir / "chain.json").read_text())
-    [note] = chain["notes"]["measure"]
+    from training.chain import Chain
+
+    chain = Chain(run_dir).to_dict()
+    [note] = chain["notes"]["measure"]  # read back as the run reads it: chain.json keeps it as ./sft/final
     assert note["model"] == sft_model and note["select"]["selected"] == 10
     assert note["ledger_model"] == "runs/m/sft/final"  # what bench_curation's RFT arm reads the rollouts by
     assert note["score"]["evidence"] == "ledger" and note["score"]["pass_rate_source"]["blend"] == len(rl_ids)
@@ -476,7 +478,7 @@ def test_measure_scores_the_rl_candidates_with_the_sft_model_and_trains_on_its_c
                                     "measure.fresh": 0})  # fmt: skip
     other = run_chain(arm, home=home, out=tmp_path / "arm", echo=lambda s: None)
     assert [s["step"] for s in other["steps"]] == ["init", "rl:stage1"]
-    [note] = json.loads((tmp_path / "arm" / "chain.json").read_text())["notes"]["measure"]
+    [note] = Chain(tmp_path / "arm").notes["measure"]
     assert note["model"] == sft_model and note["select"]["by"] == "random" and note["select"]["selected"] == 10
     again = ledger.read(io.Workspace(home), "t", "runs/m/sft/final").filter(pl.col(S.SAMPLE_IDX) < 2)
     assert again.height == measured.height  # measure sampled nothing again (its forecast samples its own selection)

@@ -326,3 +326,27 @@ def test_sigkill_at_several_points_then_resume_matches_uninterrupted_run(ws, tin
     assert_frame_equal(
         stats.read_stats(ws, POOL).drop(S.UPDATED_AT), stats.read_stats(reference, POOL).drop(S.UPDATED_AT)
     )
+
+
+def test_a_damaged_model_folder_writes_no_row(ws, tiny, tmp_path):
+    """Issue 45.1: ``curate rollout --model`` of a damaged model folder (here NaN weights whose ``files.json`` was
+    rewritten to match) sampled it (a sampling traceback on NaN logits, or rows from the damaged model). It is one
+    ``InputError`` line before any sample, and the ledger stays empty."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from curate.errors import InputError
+    from training.run_folder import WEIGHTS, record_files
+
+    path, problems = tiny
+    make_pool(ws, problems[:3])
+    damaged = tmp_path / "damaged"
+    shutil.copytree(path, damaged)
+    weights = load_file(str(damaged / "model.safetensors"))
+    save_file({k: torch.full_like(v, float("nan")) for k, v in weights.items()}, str(damaged / "model.safetensors"))
+    record_files(damaged, WEIGHTS)
+    with pytest.raises(InputError, match=r"model folder .*damaged is damaged: model.safetensors: .* NaN"):
+        rollout.rollout(ws, POOL, config(damaged))
+    assert not ledger.files(ws, POOL)
