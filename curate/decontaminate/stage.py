@@ -21,9 +21,9 @@ text is inside the train problem) needs only the numbers. ``ELLIPSE`` vs ``SUCCE
 "same diagram, another question" items fail. A leak is a leak whatever its gold (issue 38.2: a reworded copy with a
 typo'd gold, as DeepScaleR's conflicting copies have, was never flagged): a candidate that asks the same question,
 word for word once the words that only ask are dropped (``tokenize(asking=False)``: ``Compute $E$.`` and ``What is
-the value of $E$?``), is contaminated even when the answers differ; its quarantine detail names both golds. Pairs
-that pass the text or embedding test but fail compatibility are counted as ``siblings_ignored``, with examples, for
-review.
+the value of $E$?``), or that asks to evaluate the same expression (``dedup.expression``: ``Work out $E$.``, issue
+45.6), is contaminated even when the answers differ; its quarantine detail names both golds. Pairs that pass the
+text or embedding test but fail compatibility are counted as ``siblings_ignored``, with examples, for review.
 
 Constants, tuned on DeepScaleR (FastCuRL L1+L3) against MATH-500 and the DeepScaleR test sets by reading every
 candidate (bench/HISTORY.md has the counts): n = 8 tokens; n-gram threshold 0.4 (true leaks scored down to 0.48,
@@ -58,6 +58,7 @@ from curate.decontaminate.dedup import (
     SIMILARITY,
     DedupConfig,
     answers_compatible,
+    expression,
     near_duplicates,
     ngrams,
     numbers,
@@ -82,15 +83,14 @@ class DecontamConfig:
     tokens (a short item's numbers must then equal the train problem's exactly, as ever). contained_threshold: at
     or above this n-gram score the benchmark text is entirely inside the train problem, and only the numbers must
     be compatible, not the answers (a train item that adds a second question still leaks the first).
-    number_slack_tokens: benchmark items shorter than this (in tokens)
-    need exactly the train problem's numbers; longer or contained ones allow a sub-multiset either way.
+    number_slack_tokens: benchmark items shorter than this (in tokens) need exactly the train problem's numbers;
+    longer or contained ones allow a sub-multiset either way.
     use_embeddings / embed_threshold: the embedding test and its minimum cosine (None: the encoder's calibrated
-    value, ``curate.embed.THRESHOLDS``; so is ``dedup.threshold``). compatible: require the
-    numbers-and-answer agreement of the module docstring (off: text alone). verify_answers: ask math-verify
-    (``curate.verify``) about answers the string rules cannot match (``\frac 9{16\sqrt 2}`` vs
-    ``\frac{9}{32} \sqrt{2}``). max_candidates: benchmark items checked per train problem and test. max_examples:
-    examples per kind in the summary. embed: the encoder (shared cache). dedup: near-duplicate clustering
-    (``curate.decontaminate.dedup.DedupConfig``).
+    value, ``curate.embed.THRESHOLDS``; so is ``dedup.threshold``). compatible: require the numbers-and-answer
+    agreement of the module docstring (off: text alone). verify_answers: ask math-verify (``curate.verify``) about
+    answers the string rules cannot match (``\frac 9{16\sqrt 2}`` vs ``\frac{9}{32} \sqrt{2}``). max_candidates:
+    benchmark items checked per train problem and test. max_examples: examples per kind in the summary. embed: the
+    encoder (shared cache). dedup: near-duplicate clustering (``curate.decontaminate.dedup.DedupConfig``).
     """
 
     benchmark_pools: tuple[str, ...] = ()
@@ -143,7 +143,7 @@ class _Side:
     grams: list[set[int]]
     nums: list[Counter]
     answers: list[list[str]]
-    questions: list[tuple[str, ...]]  # the tokens without the words that only ask (``tokenize(asking=False)``)
+    questions: list[tuple[str, ...]]  # its expression (``dedup.expression``), else ``tokenize(asking=False)``
 
     @classmethod
     def of(cls, frame: pl.DataFrame, n: int, short: int, bench: bool) -> _Side:
@@ -158,7 +158,7 @@ class _Side:
             grams = [ngrams(t, short if len(t) <= n else n) for t in tokens]
         else:
             grams = [ngrams(t, n) | (ngrams(t, short) if len(t) > short else set()) for t in tokens]
-        questions = [tuple(tokenize(p, asking=False)) for p in texts]
+        questions = [expression(p) or tuple(tokenize(p, asking=False)) for p in texts]
         return cls(tokens, grams, [numbers(t) for t in tokens], answers, questions)
 
 

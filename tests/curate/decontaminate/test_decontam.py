@@ -177,6 +177,23 @@ def test_copies_typed_another_way_or_with_a_wrong_gold_are_leaks_and_siblings_ar
     assert not q.filter(pl.col(S.PROBLEM_ID) == S.problem_id(copies[0][0]))[S.DETAIL].item().count("gold")
 
 
+def test_the_same_expression_is_a_leak_whatever_its_wording_and_gold():
+    """Issue 45.6: ``Work out $8 + 4 - 6 + 1 - 3$.`` (gold 5) against the test item ``Compute $8 + 4 - 6 + 1 - 3$.``
+    (gold 4) was a sibling at 0.667 and kept: "work out" is not one of the words that only ask, so the questions
+    differed. One expression is one question; problems whose numbers differ stay siblings."""
+    from curate.decontaminate.stage import run
+
+    bench = table([("Compute $8 + 4 - 6 + 1 - 3$.", "4", "gen/test")], "test")
+    copies = [("Work out $8 + 4 - 6 + 1 - 3$.", "5"), ("Try this one: $8+4-6+1-3$.", "40")]
+    siblings = [("Work out $8 + 4 - 6 + 1 - 2$.", "5"), ("Work out $8 + 4 - 6 + 1$.", "7")]
+    train = table([(p, a, "t") for p, a in copies + siblings], "train")
+    cfg = DecontamConfig(use_embeddings=False, dedup=DedupConfig(enabled=False))
+    filters, _, ignored = run(train, bench, cfg)
+    flagged = set(filters.filter(pl.col(S.CONTAMINATED))[S.PROBLEM_ID])
+    assert flagged == {S.problem_id(p) for p, _ in copies}
+    assert {i["train"] for i in ignored} <= {S.problem_id(p) for p, _ in siblings}
+
+
 def test_near_duplicates_by_text_need_no_encoder():
     """``dedup.text``: the same problem reworded (same numbers, same answer) is one cluster, template siblings are
     not, with the encoder off (a reworded arithmetic chain scores a cosine under MiniLM's 0.95)."""
