@@ -377,6 +377,8 @@ def load_recipe(path: str | Path, overrides: Mapping[str, Any] | None = None) ->
     """Read and validate a training recipe; ``overrides`` are dotted ``key=value`` settings (``rl.max_steps``)
     checked like the file's own keys. Raises ``ConfigError`` (one line) before any work."""
     data = apply_overrides(read_yaml(path, "training recipe"), dict(overrides or {}))
+    if isinstance(data.get("stages"), list):  # a curation recipe lists its stages by name, a training one maps them
+        raise ConfigError(f"{path} is a curation recipe (stages: {data['stages']}): use `curate run --recipe {path}`")
     return recipe_from_mapping(data)
 
 

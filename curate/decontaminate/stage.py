@@ -34,8 +34,7 @@ problems, all true leaks; at 0.80 a different functional equation with the same 
 (``curate.embed.THRESHOLDS``): unset in the config, they are the encoder's calibrated values, and the resolved
 values and the encoder's cache key are recorded in the stage's manifest.
 
-Then, among the train problems that are not contaminated, near-duplicate clusters are found
-(``curate.decontaminate.dedup``).
+Then, among the train problems that are not contaminated, near-duplicate clusters are found (``dedup``).
 Outputs: ``filters.parquet`` (schema.FILTERS, one row per train problem) and the stage's own quarantine table
 ``quarantine_decontaminate.parquet`` (reasons ``contaminated`` and ``near_duplicate``), replaced on every run. The
 problems table is not modified; later stages join filters.parquet.
@@ -448,7 +447,7 @@ def summarize(
     duplicates: pl.DataFrame,
     ignored: list[dict[str, Any]],
     ingest_exact: dict[str, int],
-    max_examples: int,
+    cfg: DecontamConfig,
 ) -> dict[str, Any]:
     """Counts per benchmark and kind (and the copies whose gold differs from the benchmark's), near-duplicate
     clusters and drops, and examples to read."""
@@ -467,7 +466,7 @@ def summarize(
 
     examples = []
     for kind in KINDS:
-        for r in hit.filter(pl.col(S.CONTAMINATION_KIND) == kind).head(max_examples).iter_rows(named=True):
+        for r in hit.filter(pl.col(S.CONTAMINATION_KIND) == kind).head(cfg.max_examples).iter_rows(named=True):
             examples.append(
                 {
                     "kind": kind,
@@ -480,10 +479,11 @@ def summarize(
     dup_examples = [
         {
             "similarity": None if r[SIMILARITY] is None else round(r[SIMILARITY], 3),
+            "found_by": "cosine" if (r[SIMILARITY] or 0) >= (cfg.dedup.threshold or 2) else "text (same words)",
             "dropped": short(r[S.PROBLEM_ID]),
             "kept": short(r[S.DUPLICATE_OF]),
         }
-        for r in duplicates.filter(pl.col(S.DUPLICATE_OF).is_not_null()).head(max_examples).iter_rows(named=True)
+        for r in duplicates.filter(pl.col(S.DUPLICATE_OF).is_not_null()).head(cfg.max_examples).iter_rows(named=True)
     ]
     sibling_examples = [
         {
@@ -492,7 +492,7 @@ def summarize(
             "train": short(s["train"]),
             "item": short(s["benchmark_id"]),
         }
-        for s in ignored[:max_examples]
+        for s in ignored[: cfg.max_examples]
     ]
     kept = train.height - hit.height - dup.height
     clusters = (
@@ -581,7 +581,7 @@ def decontaminate_pool(
         filters, duplicates, ignored = run(train, bench, cfg, train_vecs, bench_vecs, progress)
         at_ingest = exact_at_ingest(io.read_quarantine(ws, pool))
         new_rows = quarantine_rows(train, filters, duplicates, bench)
-        summary = summarize(train, bench, filters, duplicates, ignored, at_ingest, cfg.max_examples)
+        summary = summarize(train, bench, filters, duplicates, ignored, at_ingest, cfg)
         summary["encoder"] = key
         summary["thresholds"] = {
             "embedding": cfg.embed_threshold if cfg.use_embeddings else None,

@@ -7,6 +7,7 @@ Hermetic: real parquet, the real offline encoder (loaded once per session), real
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
@@ -212,6 +213,25 @@ def test_near_duplicates_by_text_need_no_encoder():
     assert sorted(cluster) == sorted(S.problem_id(p) for p in same)
     off = DecontamConfig(use_embeddings=False, verify_answers=False, dedup=DedupConfig(embeddings=False, text=False))
     assert (run(train, bench, off)[1][S.CLUSTER_SIZE] == 1).all()
+
+
+def test_near_duplicate_examples_under_the_cosine_threshold_say_they_are_text_matches():
+    """Issue 45.8: the examples showed pairs at similarity 0.81-0.92 under a 0.95 threshold with no word that the
+    text test, not the cosine, found them."""
+    from curate.decontaminate.dedup import SIMILARITY
+    from curate.decontaminate.stage import run, summarize
+
+    train = table(
+        [("Compute $3 + 5 - 2 + 7$.", "13", "a"), ("Evaluate $3 + 5 - 2 + 7$.", "13", "a reworded")], "train"
+    )
+    bench = table([("Compute $9 - 1$.", "8", "gen/test")], "test")
+    cfg = DecontamConfig(use_embeddings=False, verify_answers=False, dedup=DedupConfig(embeddings=False))
+    filters, dups, ignored = run(train, bench, cfg)
+    for sim, said in ((0.87, "text (same words)"), (0.97, "cosine")):
+        cosine = dups.with_columns(pl.when(pl.col(S.DUPLICATE_OF).is_not_null()).then(sim).alias(SIMILARITY))
+        embedded = replace(cfg, dedup=DedupConfig(threshold=0.95))
+        (example,) = summarize(train, bench, filters, cosine, ignored, {}, embedded)["near_duplicate_examples"]
+        assert example["similarity"] == sim and example["found_by"] == said
 
 
 def test_answers_compatible_rules():
