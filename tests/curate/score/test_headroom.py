@@ -210,3 +210,27 @@ def test_k_outside_1_to_n_is_one_line_and_n_says_which_prompts_it_kept(tmp_path,
     out = capsys.readouterr().out.splitlines()
     wide = [line for line in out if len(line) > 80 and not line.startswith(("RL can", "0 suspected"))]
     assert not wide and any("0.25 < p <= 0.5" in line for line in out), wide  # the tables fit 80 columns
+
+
+def test_curate_score_marks_suspects_by_the_band_it_is_given():
+    """``curate score``'s suspect golds (``score.evidence.suspect_band``; ``training run``'s ``measure`` sets its
+    ``eval.by``) use the same rule: a consensus in a band the model fails is no suspect, one in a band it passes
+    is; a band no problem has is one ``ConfigError``."""
+    from curate.config import ConfigError
+    from curate.score.evidence import EvidenceConfig, suspect_golds
+
+    rates = {f"one{i}": 0.0 for i in range(6)} | {f"ok{i}": 1.0 for i in range(6)} | {"planted": 0.0}
+    samples = _ledger(rates, 8, wrong={pid: "99" for pid in rates}).with_columns(
+        pl.lit("m").alias(S.MODEL), pl.lit(None, pl.Datetime).alias(S.CREATED_AT), pl.lit("hf").alias(S.BACKEND)
+    )
+    problems = _problems({pid: 1 if pid.startswith("one") else 3 for pid in rates})
+    reference = problems.with_columns(pl.lit(None, pl.String).alias(S.SOLUTION))  # no reference solutions
+
+    def check(texts, golds):
+        return []
+
+    found = suspect_golds(samples, reference, EvidenceConfig(model="m", suspect_band="meta.ops"), check)
+    assert found.rows() == [("planted", "gold_consensus")]
+    assert suspect_golds(samples, reference, EvidenceConfig(model="m"), check).height == 0  # the pool: 0.5
+    with pytest.raises(ConfigError, match=r"score\.evidence\.suspect_band: 'meta\.depth'"):
+        suspect_golds(samples, reference, EvidenceConfig(model="m", suspect_band="meta.depth"), check)
