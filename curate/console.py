@@ -141,3 +141,34 @@ def version() -> str:
         return metadata.version("curate-rl")
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+def _print_version(ctx: typer.Context, value: bool) -> None:
+    """``--version``'s callback (``run_app`` answers it first when it leads; this lists it and answers it later)."""
+    if value:
+        out.print(f"{ctx.find_root().info_name or 'curate'} {version()}", highlight=False)
+        raise typer.Exit()
+
+
+VERSION_OPTION = typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+
+
+def summary_line(doc: str | None) -> str | None:
+    """A verb's summary on the app's screen: its docstring's first sentence, up to the first colon or semicolon
+    outside parentheses (click cuts its own summary at about 45 columns with ``...``; issue 45.8)."""
+    text = " ".join((doc or "").split("\n\n")[0].split())
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        end = depth == 0 and text[i + 1 : i + 2] in (" ", "")
+        if end and (ch in ":;" or (ch == "." and not text[max(0, i - 3) : i].endswith(("e.g", "i.e")))):
+            return text[:i].rstrip(",") + "."
+    return text or None
+
+
+def whole_summaries(app: typer.Typer) -> None:
+    """Give every verb of ``app`` without a ``short_help`` its ``summary_line``, so the top-level ``--help`` shows
+    each summary whole (wrapped, never cut)."""
+    for info in app.registered_commands:
+        if info.short_help is None:
+            info.short_help = summary_line(info.help or (info.callback.__doc__ if info.callback else None))

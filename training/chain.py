@@ -351,7 +351,7 @@ def pin_data(run: Run, parts: tuple[str, ...] = ("sft", "curriculum", "train")) 
         _copy(resolve_path(ws, recipe.train), data / PINNED["train"])
     if "sft" in parts and recipe.sft is not None and run.pinned("sft") is None:
         source = resolve_path(ws, recipe.sft.data)
-        if not source.is_file():
+        if not source.is_file() and not source.is_dir():
             raise InputError(f"sft.data {source} not found: run the curation (`curate solutions`) first")
         _copy(check_sft_data(source, "sft.data"), data / PINNED["sft"])
     record = read_pinned(run.run_dir)
@@ -387,6 +387,9 @@ def check_sft_data(path: Path, what: str = "SFT data") -> Path:
     minutes later inside the SFT step (issue 38.6). One ``InputError`` line otherwise."""
     import polars as pl
 
+    if path.is_dir():  # issue 45.8: a folder was "not found"
+        raise InputError(f"{what} {path} is a folder: give its Parquet file of prompt/completion rows (`curate "
+                         "solutions` writes solutions/<set>/sft.parquet)")  # fmt: skip
     if not path.is_file():
         raise InputError(f"{what} {path} not found")
     try:

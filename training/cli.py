@@ -16,6 +16,8 @@ from typing import Annotated
 
 import typer
 
+from curate.console import VERSION_OPTION, whole_summaries
+
 
 app = typer.Typer(
     name="training",
@@ -87,7 +89,7 @@ def eval_(
     out: Annotated[Path | None, typer.Option(help="Write the per-problem table to this Parquet file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Held-out pass@1 (mean@k) +- standard error of a model on a pool's test problems.
+    """Held-out pass@1 (mean@k) ± standard error of a model on a pool's test problems.
 
     The defaults are those of a training recipe's eval: section. The sampled completions depend on the seed, k,
     temperature, top_p, max_new_tokens AND batch_size (each generate call is seeded once): to reproduce a figure of
@@ -117,7 +119,7 @@ def eval_(
         sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
         return
     typer.echo(
-        f"pass@1 = {result['pass_at_1']:.4f} +- {result['stderr']:.4f} (SE) over {result['n_problems']} "
+        f"pass@1 = {result['pass_at_1']:.4f} ± {result['stderr']:.4f} (SE) over {result['n_problems']} "
         f"{split} problems x {result['k']} samples ({result['runtime_s']:.1f} s)"
     )
     typer.echo(f"verdicts: {result['verdicts']}, truncated: {result['truncation_rate']:.1%}")
@@ -423,6 +425,8 @@ def show(
     else:
         from curate.errors import InputError
 
+        if not run_dir.exists():
+            raise InputError(f"{run_dir} does not exist (give a run folder or a model folder)")
         raise InputError(f"{run_dir} has neither chain.json (a run) nor lineage.json (a model)")
     if as_json:
         sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
@@ -456,7 +460,7 @@ def _show_run(run_dir: Path, payload: dict) -> list[str]:
         score = f"{rate:.3f} ± {s.get('stderr') or 0:.3f}" if isinstance(rate, int | float) else "-"
         lines.append(
             f"{s['step']:<{width}}  {score:<15} {s.get('n_problems', '-'):>5} {s.get('k', '-'):>3} "
-            f"{_duration(s.get('wall_s')):>8}  {short_path(s.get('model'), root, run)}"
+            f"{_duration(s.get('wall_s')):>8}  {short_path(_in_copy(s.get('model'), root)[0], root, run)}"
         )
     gain = payload.get("gain_over_sft")
     if gain:
@@ -478,10 +482,29 @@ def _show_run(run_dir: Path, payload: dict) -> list[str]:
     lineage = payload.get("lineage") or {}
     if lineage:
         where = f"the workspace {root}" if root is not None else "where they are"
+        shown = {k: _in_copy(v, root) for k, v in lineage.items()}
+        origins = sorted({o for _, o in shown.values() if o})
         lines += ["", f"lineage (paths relative to {where}):"]
-        lines += [f"  {k}: {_show_value(short_path(v, root))}" for k, v in lineage.items()]
+        lines += [f"  {k}: {_show_value(short_path(v, root))}" for k, (v, _) in shown.items()]
+        if origins:
+            lines.append(f"  (recorded as paths in {', '.join(origins)}, where the run was made: shown here as this "
+                         "workspace's copies)")  # fmt: skip
     lines += ["", f"figures: {', '.join(p.name for p in sorted(run.glob('*.png'))) or 'none'}; --json for everything"]
     return lines
+
+
+def _in_copy(value: object, root: Path | None) -> tuple[object, str | None]:
+    """A path a copied run recorded in its original workspace (``/old/ws/runs/demo/recipe.yaml``) as this
+    workspace's copy of it (``<root>/runs/demo/recipe.yaml``) and the original workspace; a path already in
+    ``root`` or anything else unchanged, with None (issue 45.8: a copied run listed the original's absolute paths
+    as relative ones)."""
+    if root is None or not isinstance(value, str) or not value.startswith("/") or Path(value).is_relative_to(root):
+        return value, None
+    parts = Path(value).parts
+    marks = [i for i in range(len(parts) - 1, 0, -1) if parts[i] in ("runs", "pools", "selections", "curricula",
+                                                                      "solutions", "cache")]  # fmt: skip
+    here = [i for i in marks if root.joinpath(*parts[i:]).exists()] or marks  # this copy's file, else the layout's
+    return (str(root.joinpath(*parts[here[0] :])), str(Path(*parts[: here[0]]))) if here else (value, None)
 
 
 def _show_model(model_dir: Path, lineage: dict) -> list[str]:
@@ -536,8 +559,11 @@ def _duration(seconds: float | None) -> str:
 
 
 @app.callback()
-def _root() -> None:
+def _root(version: Annotated[bool, VERSION_OPTION] = False) -> None:
     """Train on curated shards."""
+
+
+whole_summaries(app)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -490,6 +490,8 @@ def load_recipe(path: str | Path, overrides: Mapping[str, Any] | None = None) ->
     """Read and validate a training recipe; ``overrides`` are dotted ``key=value`` settings (``rl.max_steps``)
     checked like the file's own keys. Raises ``ConfigError`` (one line) before any work."""
     data = apply_overrides(read_yaml(path, "training recipe"), dict(overrides or {}))
+    if isinstance(data.get("stages"), list):  # a curation recipe lists its stages by name, a training one maps them
+        raise ConfigError(f"{path} is a curation recipe (stages: {data['stages']}): use `curate run --recipe {path}`")
     return recipe_from_mapping(data)
 
 
@@ -584,7 +586,7 @@ def measure_sections(recipe: RunRecipe, model: str, name: str | None = None) -> 
     base = recipe.curate
     m = recipe.measure
     score = {**base.stage_config("score"), **m.score}
-    score["evidence"] = {**dict(score.get("evidence") or {}), "model": model}
+    score["evidence"] = {"suspect_band": recipe.eval.by, **dict(score.get("evidence") or {}), "model": model}
     name = name or recipe.curriculum
     rollouts = {"rollouts": recipe.rl.num_generations}  # the waste forecast at the RL's group size
     score = {**rollouts, **score}

@@ -30,13 +30,12 @@ from curate.cli.common import (
     render_summary,
     workspace,
 )
-from curate.console import run_app
+from curate.console import VERSION_OPTION, run_app, whole_summaries
 
 
 app = typer.Typer(
     name="curate",
-    help="Curate small, verified, well-ordered RL training sets for reasoning LLMs. `curate --version` prints the "
-    "version.",
+    help="Curate small, verified, well-ordered RL training sets for reasoning LLMs.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -188,7 +187,18 @@ def show(pool: Annotated[str, typer.Argument(help="Pool name.")], home: Home = N
 
     ws = workspace(home)
     ws.require_pool(pool)
-    emit(ingest_mod.pool_summary(ws, pool, detailed=True), as_json, render_summary)
+    emit(ingest_mod.pool_summary(ws, pool, detailed=True), as_json, _render_show)
+
+
+def _render_show(payload: dict) -> None:
+    """``curate show`` on the terminal: the pool's folder once, then its tables by file name, so no line is wider
+    than the folder's path (whole paths made lines of 82-108 columns at 80; issue 45.8). ``--json`` keeps them."""
+    tables = payload.get("tables") or {}
+    shown = {k: v for k, v in payload.items() if k != "tables"} | {"sources": ", ".join(payload["sources"]) or "-"}
+    if tables:
+        shown |= {"folder": str(Path(next(iter(tables.values()))).parent), "tables": {k: Path(p).name for k, p in
+                                                                                     tables.items()}}  # fmt: skip
+    render_summary(shown)
 
 
 # --------------------------------------------------------------------------------------------------- helpers
@@ -217,6 +227,12 @@ from curate.cli import verify as _verify  # noqa: E402
 
 for _group in (_verify, _rollout, _decontaminate, _select, _curriculum, _solutions):
     _group.register(app)
+whole_summaries(app)
+
+
+@app.callback()
+def _root(version: Annotated[bool, VERSION_OPTION] = False) -> None:
+    """Curate small, verified, well-ordered RL training sets for reasoning LLMs."""
 
 
 if __name__ == "__main__":

@@ -67,16 +67,30 @@ def emit(payload: Any, as_json: bool, render: Callable[[Any], None]) -> None:
 USER_ERRORS: tuple[type[BaseException], ...] = (CurateError,)  # LockTimeout included
 
 
+def _shown(value: Any) -> str:
+    """A value as the summary prints it: ``-`` for an unset one (never Python's ``None``)."""
+    return "-" if value is None else str(value)
+
+
+def _pairs(value: dict) -> str:
+    """A mapping on one line: ``k=v, ...``; a zero-variance forecast (``curate.score.forecast``) in words, which
+    say why it is unset (no rollouts yet) instead of ``share=None`` (issue 45.8)."""
+    if {"share", "rollouts", "prompts"} <= set(value):
+        from curate.score.forecast import describe
+
+        return describe(value)
+    return ", ".join(f"{k}={_shown(v)}" for k, v in value.items()) or "-"
+
+
 def _mapping_rows(key: str, value: dict) -> list[tuple[str, str]]:
     """A mapping as ``k=v, ...`` on one row, or one row per entry (``key.k  v``) when that row would be wider
     than the console (``curate show``'s table paths); a mapping of mappings as one row per part (``key.part``,
     e.g. ``zero_variance_forecast.pool`` and ``.selection``)."""
     if value and all(isinstance(v, dict) for v in value.values()):
-        return [(f"{key}.{part}", escape(", ".join(f"{k}={v}" for k, v in inner.items()) or "-"))
-                for part, inner in value.items()]  # fmt: skip
-    line = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
-    if len(key) + len(line) + 2 > out.width:
-        return [(f"{key}.{k}", escape(str(v))) for k, v in value.items()]
+        return [(f"{key}.{part}", escape(_pairs(inner))) for part, inner in value.items()]
+    line = _pairs(value)
+    if len(key) + len(line) + 2 > out.width and not {"share", "rollouts", "prompts"} <= set(value):
+        return [(f"{key}.{k}", escape(_shown(v))) for k, v in value.items()]
     return [(key, escape(line))]
 
 
@@ -97,7 +111,7 @@ def render_summary(summary: dict) -> None:
         elif isinstance(value, list) and value and isinstance(value[0], dict):
             nested.append((key, value))
         else:
-            scalars += _mapping_rows(key, value) if isinstance(value, dict) else [(key, escape(str(value)))]
+            scalars += _mapping_rows(key, value) if isinstance(value, dict) else [(key, escape(_shown(value)))]
     width = max((len(label) for label, _ in scalars), default=0)
     for label, text in scalars:
         out.print(f"[bold]{escape(label)}[/]{' ' * (width - len(label) + 2)}{text}", highlight=False, soft_wrap=True)
@@ -109,9 +123,7 @@ def render_summary(summary: dict) -> None:
         for row in rows:
             table.add_row(
                 *(
-                    escape(", ".join(f"{k}={v}" for k, v in row.get(c).items()) or "-")
-                    if isinstance(row.get(c), dict)
-                    else escape(str(row.get(c, "")))
+                    escape(_pairs(row.get(c))) if isinstance(row.get(c), dict) else escape(_shown(row.get(c, "")))
                     for c in cols
                 )
             )

@@ -104,7 +104,8 @@ def decontaminate(
     as_json: Json = False,
     force: Force = False,
 ) -> None:
-    """Flag train problems that leak benchmark items (exact, n-gram, embedding) and drop near-duplicates.
+    """Flag train problems that leak benchmark items (exact, n-gram, embedding) and near-duplicates (`curate
+    select` drops them).
 
     Writes pools/<pool>/filters.parquet and the stage's rows of quarantine.parquet; the problems table is unchanged.
     """

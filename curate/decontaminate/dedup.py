@@ -154,6 +154,32 @@ def ngrams(tokens: list[str], n: int) -> set[int]:
     return {hash(tuple(tokens[k : k + n])) for k in range(len(tokens) - n + 1)}
 
 
+_MATH = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
+EXPRESSION_WORDS = 3  # the words besides ``ASKING`` a problem that only asks to evaluate its expression may have
+
+
+def expression(text: str) -> tuple[str, ...] | None:
+    r"""The normalized expression (``tokenize`` of its math) of a problem that only asks to evaluate it, or None.
+
+    Such a problem has at most ``EXPRESSION_WORDS`` words outside its math besides the words that only ask
+    (``Work out $E$.``, ``Try this one. Compute $E$.``), and its math holds an operator and at least two numbers.
+    Two of them with one expression are one question whatever their wording and golds (issue 45.6: ``Work out $8 +
+    4 - 6 + 1 - 3$.`` with gold 5 is a corrupted copy of the test item ``Compute $8 + 4 - 6 + 1 - 3$.``, gold 4).
+
+    >>> expression("Work out $8 + 4 - 6 + 1 - 3$.") == expression("Compute $8 + 4 - 6 + 1 - 3$.")
+    True
+    >>> expression("What is the remainder when $1 + 2 + 3$ is divided by 9?") is None
+    True
+    """
+    text = S.strip_instruction(text or "")
+    maths = [next(g for g in m.groups() if g is not None) for m in _MATH.finditer(text)]
+    words = [w for w in re.findall(r"[a-z]+", _MATH.sub(" ", text).lower()) if w not in ASKING]
+    tokens = tokenize(" ".join(f"${m}$" for m in maths))
+    if len(words) > EXPRESSION_WORDS or sum(t[0].isdigit() for t in tokens) < 2:
+        return None
+    return tuple(tokens) if any(t in _OPERATORS for t in tokens) else None
+
+
 def numbers(tokens: list[str]) -> Counter:
     """The multiset of numbers in a token list."""
     return Counter(t for t in tokens if t[0].isdigit())

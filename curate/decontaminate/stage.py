@@ -21,9 +21,9 @@ text is inside the train problem) needs only the numbers. ``ELLIPSE`` vs ``SUCCE
 "same diagram, another question" items fail. A leak is a leak whatever its gold (issue 38.2: a reworded copy with a
 typo'd gold, as DeepScaleR's conflicting copies have, was never flagged): a candidate that asks the same question,
 word for word once the words that only ask are dropped (``tokenize(asking=False)``: ``Compute $E$.`` and ``What is
-the value of $E$?``), is contaminated even when the answers differ; its quarantine detail names both golds. Pairs
-that pass the text or embedding test but fail compatibility are counted as ``siblings_ignored``, with examples, for
-review.
+the value of $E$?``), or that asks to evaluate the same expression (``dedup.expression``: ``Work out $E$.``, issue
+45.6), is contaminated even when the answers differ; its quarantine detail names both golds. Pairs that pass the
+text or embedding test but fail compatibility are counted as ``siblings_ignored``, with examples, for review.
 
 Constants, tuned on DeepScaleR (FastCuRL L1+L3) against MATH-500 and the DeepScaleR test sets by reading every
 candidate (bench/HISTORY.md has the counts): n = 8 tokens; n-gram threshold 0.4 (true leaks scored down to 0.48,
@@ -34,8 +34,7 @@ problems, all true leaks; at 0.80 a different functional equation with the same 
 (``curate.embed.THRESHOLDS``): unset in the config, they are the encoder's calibrated values, and the resolved
 values and the encoder's cache key are recorded in the stage's manifest.
 
-Then, among the train problems that are not contaminated, near-duplicate clusters are found
-(``curate.decontaminate.dedup``).
+Then, among the train problems that are not contaminated, near-duplicate clusters are found (``dedup``).
 Outputs: ``filters.parquet`` (schema.FILTERS, one row per train problem) and the stage's own quarantine table
 ``quarantine_decontaminate.parquet`` (reasons ``contaminated`` and ``near_duplicate``), replaced on every run. The
 problems table is not modified; later stages join filters.parquet.
@@ -58,6 +57,7 @@ from curate.decontaminate.dedup import (
     SIMILARITY,
     DedupConfig,
     answers_compatible,
+    expression,
     near_duplicates,
     ngrams,
     numbers,
@@ -82,15 +82,14 @@ class DecontamConfig:
     tokens (a short item's numbers must then equal the train problem's exactly, as ever). contained_threshold: at
     or above this n-gram score the benchmark text is entirely inside the train problem, and only the numbers must
     be compatible, not the answers (a train item that adds a second question still leaks the first).
-    number_slack_tokens: benchmark items shorter than this (in tokens)
-    need exactly the train problem's numbers; longer or contained ones allow a sub-multiset either way.
+    number_slack_tokens: benchmark items shorter than this (in tokens) need exactly the train problem's numbers;
+    longer or contained ones allow a sub-multiset either way.
     use_embeddings / embed_threshold: the embedding test and its minimum cosine (None: the encoder's calibrated
-    value, ``curate.embed.THRESHOLDS``; so is ``dedup.threshold``). compatible: require the
-    numbers-and-answer agreement of the module docstring (off: text alone). verify_answers: ask math-verify
-    (``curate.verify``) about answers the string rules cannot match (``\frac 9{16\sqrt 2}`` vs
-    ``\frac{9}{32} \sqrt{2}``). max_candidates: benchmark items checked per train problem and test. max_examples:
-    examples per kind in the summary. embed: the encoder (shared cache). dedup: near-duplicate clustering
-    (``curate.decontaminate.dedup.DedupConfig``).
+    value, ``curate.embed.THRESHOLDS``; so is ``dedup.threshold``). compatible: require the numbers-and-answer
+    agreement of the module docstring (off: text alone). verify_answers: ask math-verify (``curate.verify``) about
+    answers the string rules cannot match (``\frac 9{16\sqrt 2}`` vs ``\frac{9}{32} \sqrt{2}``). max_candidates:
+    benchmark items checked per train problem and test. max_examples: examples per kind in the summary. embed: the
+    encoder (shared cache). dedup: near-duplicate clustering (``curate.decontaminate.dedup.DedupConfig``).
     """
 
     benchmark_pools: tuple[str, ...] = ()
@@ -143,7 +142,7 @@ class _Side:
     grams: list[set[int]]
     nums: list[Counter]
     answers: list[list[str]]
-    questions: list[tuple[str, ...]]  # the tokens without the words that only ask (``tokenize(asking=False)``)
+    questions: list[tuple[str, ...]]  # its expression (``dedup.expression``), else ``tokenize(asking=False)``
 
     @classmethod
     def of(cls, frame: pl.DataFrame, n: int, short: int, bench: bool) -> _Side:
@@ -158,7 +157,7 @@ class _Side:
             grams = [ngrams(t, short if len(t) <= n else n) for t in tokens]
         else:
             grams = [ngrams(t, n) | (ngrams(t, short) if len(t) > short else set()) for t in tokens]
-        questions = [tuple(tokenize(p, asking=False)) for p in texts]
+        questions = [expression(p) or tuple(tokenize(p, asking=False)) for p in texts]
         return cls(tokens, grams, [numbers(t) for t in tokens], answers, questions)
 
 
@@ -448,7 +447,7 @@ def summarize(
     duplicates: pl.DataFrame,
     ignored: list[dict[str, Any]],
     ingest_exact: dict[str, int],
-    max_examples: int,
+    cfg: DecontamConfig,
 ) -> dict[str, Any]:
     """Counts per benchmark and kind (and the copies whose gold differs from the benchmark's), near-duplicate
     clusters and drops, and examples to read."""
@@ -467,7 +466,7 @@ def summarize(
 
     examples = []
     for kind in KINDS:
-        for r in hit.filter(pl.col(S.CONTAMINATION_KIND) == kind).head(max_examples).iter_rows(named=True):
+        for r in hit.filter(pl.col(S.CONTAMINATION_KIND) == kind).head(cfg.max_examples).iter_rows(named=True):
             examples.append(
                 {
                     "kind": kind,
@@ -480,10 +479,11 @@ def summarize(
     dup_examples = [
         {
             "similarity": None if r[SIMILARITY] is None else round(r[SIMILARITY], 3),
+            "found_by": "cosine" if (r[SIMILARITY] or 0) >= (cfg.dedup.threshold or 2) else "text (same words)",
             "dropped": short(r[S.PROBLEM_ID]),
             "kept": short(r[S.DUPLICATE_OF]),
         }
-        for r in duplicates.filter(pl.col(S.DUPLICATE_OF).is_not_null()).head(max_examples).iter_rows(named=True)
+        for r in duplicates.filter(pl.col(S.DUPLICATE_OF).is_not_null()).head(cfg.max_examples).iter_rows(named=True)
     ]
     sibling_examples = [
         {
@@ -492,7 +492,7 @@ def summarize(
             "train": short(s["train"]),
             "item": short(s["benchmark_id"]),
         }
-        for s in ignored[:max_examples]
+        for s in ignored[: cfg.max_examples]
     ]
     kept = train.height - hit.height - dup.height
     clusters = (
@@ -581,7 +581,7 @@ def decontaminate_pool(
         filters, duplicates, ignored = run(train, bench, cfg, train_vecs, bench_vecs, progress)
         at_ingest = exact_at_ingest(io.read_quarantine(ws, pool))
         new_rows = quarantine_rows(train, filters, duplicates, bench)
-        summary = summarize(train, bench, filters, duplicates, ignored, at_ingest, cfg.max_examples)
+        summary = summarize(train, bench, filters, duplicates, ignored, at_ingest, cfg)
         summary["encoder"] = key
         summary["thresholds"] = {
             "embedding": cfg.embed_threshold if cfg.use_embeddings else None,

@@ -39,7 +39,9 @@ class EvidenceConfig:
     next run's curation (a model named in ``model`` always counts). reward_correct / reward_wrong: the ledger's
     reward values, mapped onto [0, 1].
     ema_alpha: weight of the newest reward in the EMA. recent_window: how many of the latest rollouts count as
-    recent for the all-equal test.
+    recent for the all-equal test. suspect_band: the kinds of problem the model's reliability is measured on for the
+    consensus test of suspect golds (a problems column or ``meta.<key>``, as ``curate headroom --by``; ``training
+    run``'s ``measure`` sets its ``eval.by``); None: the whole pool (``curate.score.headroom.suspects``).
     """
 
     model: str | None = None
@@ -48,6 +50,7 @@ class EvidenceConfig:
     reward_wrong: float = 0.0
     ema_alpha: float = 0.3
     recent_window: int = 32
+    suspect_band: str | None = None
 
     def __post_init__(self) -> None:
         if self.reward_correct == self.reward_wrong:
@@ -137,13 +140,18 @@ def ledger_evidence(ledger: pl.DataFrame, cfg: EvidenceConfig) -> pl.DataFrame:
 
 def suspect_golds(ledger: pl.DataFrame, problems: pl.DataFrame, cfg: EvidenceConfig, check: Any) -> pl.DataFrame:
     """(problem_id, suspect_gold) of the target model's measured problems whose gold answer is suspect
-    (``curate.score.headroom.suspects``: the model's samples agree on another answer, or the pool's reference
-    solution concludes another one, judged by ``check``, ``curate.verify.check_batch``)."""
+    (``curate.score.headroom.suspects``: the model's samples agree on another answer where it is reliable on the
+    problem's band, ``cfg.suspect_band``, or the pool's reference solution concludes another one, judged by
+    ``check``, ``curate.verify.check_batch``). Raises ``ConfigError`` for a band no problem has."""
     from curate.score import headroom
 
     rows = ledger.filter(pl.col(S.MODEL) == target_model(ledger, cfg.model))
     measured = problems.join(rows.select(S.PROBLEM_ID).unique(), on=S.PROBLEM_ID, how="semi")
-    found = headroom.suspects(headroom.prompt_counts(rows), headroom.reference_verdicts(measured, check))
+    try:
+        bands = headroom.band_values(measured, cfg.suspect_band) if measured.height else None
+    except ValueError as exc:
+        raise config.ConfigError(f"score.evidence.suspect_band: {exc}") from exc
+    found = headroom.suspects(headroom.prompt_counts(rows), headroom.reference_verdicts(measured, check), bands)
     return found.select(S.PROBLEM_ID, pl.col("reason").alias(S.SUSPECT_GOLD))
 
 

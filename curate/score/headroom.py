@@ -18,12 +18,17 @@ Suspected wrong golds (quarantined by ``curate select`` with the reason, ``SUSPE
 a slip the model itself makes rewards the slip, and ``measure``'s zero-variance filter only removes the ones the
 model never matches. Two tests, each cheap:
 
-- ``gold_consensus``: ``p = 0`` and at least three quarters of the samples agree on one other answer (a model
-  that keeps failing a problem with a right gold scatters its answers or slips the same way less often: on the
-  built-in pool a half left 13 of 30 flags on right golds, three quarters 5 of 24);
+- ``gold_consensus``: ``p = 0``, at least three quarters of the samples agree on one other answer, **and** the
+  model is reliable on problems of that kind: its mean pass rate over the other prompts of the same band (the
+  report's ``--by``, e.g. ``meta.ops``; the whole pool without one) is at least ``RELIABLE`` (0.75). A model that
+  keeps failing a problem with a right gold scatters its answers or slips the same way less often, but a model with
+  no skill on a kind fails it the same way every time (issue 45: the one-operation chains, shorter than any trace,
+  were 46 of 48 flagged with all their golds right); agreement says the gold is wrong only where the model is
+  otherwise right;
 - ``gold_vs_reference``: the pool's reference solution (its ``solution`` column, a second source of the answer)
   concludes another answer, by the same checker; for a gold that matches a common slip of the model, the model's
-  samples cannot tell, the reference can. Rows without a reference solution are not tested.
+  samples cannot tell, the reference can (and it is the second source that confirms a consensus where the model is
+  not reliable). Rows without a reference solution are not tested.
 
 The zero-variance forecast for a selection must come from rollouts that did not choose it (the selection keeps
 prompts its own rollouts saw mixed, a selection bias: issue 36 measured the old forecast 2.2-2.7x low).
@@ -47,6 +52,8 @@ from curate import schema as S
 
 
 SUSPECT_REASONS = ("gold_consensus", "gold_vs_reference")
+RELIABLE = 0.75  # a band's pass rate from which the model's agreement on another answer is evidence against a gold
+RELIABLE_MIN = 4  # the other prompts a band needs for its pass rate to count
 BUCKETS = ((0.0, 0.0, "p = 0"), (0.0, 0.25, "0 < p <= 0.25"), (0.25, 0.5, "0.25 < p <= 0.5"),
            (0.5, 0.75, "0.5 < p <= 0.75"), (0.75, 1.0, "0.75 < p < 1"), (1.0, 1.0, "p = 1"))  # fmt: skip
 ALL = "all"
@@ -106,25 +113,51 @@ def prompt_counts(samples: pl.DataFrame, n: int | None = None) -> pl.DataFrame:
     return out.sort(S.PROBLEM_ID)
 
 
-def suspects(prompts: pl.DataFrame, reference_ok: pl.DataFrame | None = None) -> pl.DataFrame:
+def suspects(
+    prompts: pl.DataFrame, reference_ok: pl.DataFrame | None = None, bands: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """(problem_id, reason, detail) of the prompts whose gold answer is suspect (module docstring). ``prompts``:
-    ``prompt_counts``; ``reference_ok``: (problem_id, reference_ok) from ``reference_verdicts`` (True: the
-    reference solution agrees with the gold; null: no reference solution)."""
-    consensus = prompts.filter(
+    ``prompt_counts`` (only these are judged); ``reference_ok``: (problem_id, reference_ok) from
+    ``reference_verdicts`` (True: the reference solution agrees with the gold; null: no reference solution);
+    ``bands``: (problem_id, band) from ``band_values``, the kinds the model's reliability is measured on (None: one
+    band, the whole of ``prompts``)."""
+    band = (
+        prompts.join(bands.select(S.PROBLEM_ID, "band"), on=S.PROBLEM_ID, how="left").with_columns(
+            pl.col("band").fill_null(ALL)
+        )
+        if bands is not None
+        else prompts.with_columns(pl.lit(ALL).alias("band"))
+    )
+    others = pl.len().over("band") - 1  # the band's pass rate without the prompt itself
+    band = band.with_columns(
+        others.alias("_others"),
+        ((pl.col(S.PASS_RATE).sum().over("band") - pl.col(S.PASS_RATE)) / pl.max_horizontal(others, 1)).alias(
+            "_reliability"
+        ),
+    )
+    consensus = band.filter(
         (pl.col(S.N_CORRECT) == 0)
         & (pl.col("other_count") >= 2)
         & (4 * pl.col("other_count") >= 3 * pl.col(S.N_SAMPLES))
+        & (pl.col("_others") >= RELIABLE_MIN)
+        & (pl.col("_reliability") >= RELIABLE)
     ).select(
         S.PROBLEM_ID,
         pl.lit("gold_consensus").alias("reason"),
-        pl.format("{} of {} samples answer {}, none the gold", "other_count", S.N_SAMPLES, "other_answer").alias(
-            "detail"
-        ),
+        pl.format(
+            "{} of {} samples answer {}, none the gold, where the model passes {} of band {}'s other prompts",
+            "other_count",
+            S.N_SAMPLES,
+            "other_answer",
+            pl.col("_reliability").round(2),
+            "band",
+        ).alias("detail"),
     )
     frames = [consensus]
     if reference_ok is not None:
         frames.append(
             reference_ok.filter(pl.col("reference_ok").not_().fill_null(False))
+            .join(prompts.select(S.PROBLEM_ID), on=S.PROBLEM_ID, how="semi")  # judged on the reported prompts only
             .join(consensus.select(S.PROBLEM_ID), on=S.PROBLEM_ID, how="anti")
             .select(
                 S.PROBLEM_ID,
@@ -205,17 +238,18 @@ def summarize_groups(classified: pl.DataFrame, by: str) -> pl.DataFrame:
     return pl.concat([parts.cast(total.schema), total])
 
 
-def verdict(total: dict[str, Any], k: int, n: int, rl_ceiling: float | None) -> str:
+def verdict(total: dict[str, Any], k: int, n: int, rl_ceiling: float | None, fewer: int = 0) -> str:
     """The one line, in the README's words: how much of the pool RL can sharpen and its ceiling; where the rest
-    belongs."""
+    belongs; and, when some measured prompts have fewer than ``n`` samples (``fewer``), that they are left out."""
     prompts = total["prompts"]
     rl = total["rl"]
     ceiling = (
         f"ceiling +{rl_ceiling:.3f} (mean pass@{k} - pass@1 over them)" if rl_ceiling is not None else "no ceiling"
     )
+    kept = f" (only the prompts with {n} samples: {fewer} measured prompts with fewer are left out)" if fewer else ""
     return (
-        f"RL can sharpen {rl} of {prompts} prompts ({rl / prompts:.0%}: 0 < p < 1 at {n} rollouts), {ceiling}; "
-        f"{total['sft']} belong in SFT (p = 0, a verified solution), {total['nowhere']} nowhere (p = 1), "
+        f"RL can sharpen {rl} of {prompts} prompts{kept} ({rl / prompts:.0%}: 0 < p < 1 at {n} rollouts), "
+        f"{ceiling}; {total['sft']} belong in SFT (p = 0, a verified solution), {total['nowhere']} nowhere (p = 1), "
         f"{total['unsolved']} unsolved without a solution, {total['suspect']} suspected wrong golds"
     )
 
@@ -230,24 +264,29 @@ def report(
     reference_ok: pl.DataFrame | None = None,
 ) -> dict[str, Any]:
     """The headroom report (module docstring) of ledger ``samples`` over ``problems`` (the prompts to report on),
-    from the first ``n`` samples of each prompt, pass@k at ``k`` (default ``n``). Returns ``prompts`` (one row per
-    prompt: counts, band, bucket, belongs), ``bands`` and ``buckets`` (``summarize_groups``), ``suspects``,
-    ``verdict`` and ``totals``. Raises ``ValueError`` when no prompt has ``n`` samples."""
+    from the first ``n`` samples of each prompt, pass@k at ``k`` (default ``n``; 1..n). Returns ``prompts`` (one row
+    per prompt: counts, band, bucket, belongs), ``bands`` and ``buckets`` (``summarize_groups``), ``suspects``,
+    ``verdict`` and ``totals``. Raises ``ValueError`` when no prompt has ``n`` samples or ``k`` is outside 1..n
+    (pass@k of n samples needs k <= n: a larger k would print pass@n's values under its name)."""
     if n < 2:
         raise ValueError(f"the headroom report needs n >= 2 rollouts per prompt (a middle needs two), got {n}")
-    k = k or n
+    if k is not None and not 1 <= k <= n:
+        raise ValueError(f"--k {k} is outside 1..{n}: pass@k of {n} rollouts per prompt (--n) needs 1 <= k <= {n}")
+    k = n if k is None else k
     ids = problems.select(S.PROBLEM_ID)
     counts = prompt_counts(samples.join(ids, on=S.PROBLEM_ID, how="semi"), n)
+    measured = counts.height
     counts = counts.filter(pl.col(S.N_SAMPLES) >= n)
     if counts.height == 0:
         raise ValueError(f"no prompt has {n} samples in the ledger for these problems")
-    suspected = suspects(counts, reference_ok)
-    classified = classify(counts, k, reference_ok, suspected).join(band_values(problems, by), on=S.PROBLEM_ID,
-                                                                   how="left")  # fmt: skip
+    bands_of = band_values(problems, by)
+    suspected = suspects(counts, reference_ok, bands_of)
+    classified = classify(counts, k, reference_ok, suspected).join(bands_of, on=S.PROBLEM_ID, how="left")
     bands, buckets = summarize_groups(classified, "band"), summarize_groups(classified, "bucket")
     totals = bands.filter(pl.col("band") == ALL).to_dicts()[0]
     rl = classified.filter(pl.col("middle"))
     rl_ceiling = float((rl["pass_at_k"] - rl[S.PASS_RATE]).mean()) if rl.height else None
+    fewer = measured - counts.height
     return {
         "n": n,
         "k": k,
@@ -256,8 +295,13 @@ def report(
         "bands": bands,
         "buckets": buckets,
         "suspects": suspected,
-        "totals": {**totals, "rl_ceiling": rl_ceiling, "unmeasured": problems.height - counts.height},
-        "verdict": verdict(totals, k, n, rl_ceiling),
+        "totals": {
+            **totals,
+            "rl_ceiling": rl_ceiling,
+            "unmeasured": problems.height - counts.height,
+            "fewer_samples": fewer,
+        },
+        "verdict": verdict(totals, k, n, rl_ceiling, fewer),
     }
 
 
@@ -361,20 +405,22 @@ def summary(rep: dict[str, Any]) -> dict[str, Any]:
 
 def lines(rep: dict[str, Any], buckets: bool = True) -> list[str]:
     """The report as plain text: the verdict, one line per band and (``buckets``) per pass-rate bucket (prompts,
-    pass@1, pass@k, middle, ceiling, where they belong), the suspects by reason. ``curate headroom`` prints it all,
-    ``training run``'s ``measure`` the bands (the buckets are in the run folder's ``headroom-buckets.parquet``)."""
+    pass@1, pass@k, middle, ceiling, where they belong), the suspects by reason; the tables fit 80 columns.
+    ``curate headroom`` prints it all, ``training run``'s ``measure`` the bands (the buckets are in the run folder's
+    ``headroom-buckets.parquet``)."""
     k = rep["k"]
-    head = (f"{'':<16} {'prompts':>7} {'pass@1':>7} {f'pass@{k}':>7} {'middle':>7} {'ceiling':>8}   "
-            "rl / sft / nowhere / unsolved / suspect")  # fmt: skip
+    head = (f"{'':<15} {'prompts':>7} {'pass@1':>6} {f'pass@{k}':>7} {'middle':>6} {'ceiling':>7}"
+            f"{'rl':>5}{'sft':>5}{'none':>5}{'unsol':>6}{'susp':>5}")  # fmt: skip
     out = [rep["verdict"], f"by {rep.get('by') or 'band'}:", head]
     parts = [("band", rep["bands"], "band")] + ([("bucket", rep["buckets"], "bucket")] if buckets else [])
     for title, frame, col in parts:
         if title == "bucket":
             out += ["by pass rate:", head]
         for r in frame.to_dicts():
-            out.append(f"{r[col]:<16} {r['prompts']:>7} {r['pass_at_1']:>7.3f} {r['pass_at_k']:>7.3f} "
-                       f"{r['middle_share']:>7.1%} {r['ceiling']:>+8.3f}   {r['rl']} / {r['sft']} / {r['nowhere']} / "
-                       f"{r['unsolved']} / {r['suspect']}")  # fmt: skip
+            out.append(f"{r[col]:<15} {r['prompts']:>7} {r['pass_at_1']:>6.3f} {r['pass_at_k']:>7.3f} "
+                       f"{r['middle_share']:>6.1%} {r['ceiling']:>+7.3f}{r['rl']:>5}{r['sft']:>5}{r['nowhere']:>5}"
+                       f"{r['unsolved']:>6}{r['suspect']:>5}")  # fmt: skip
+    out.append("where they belong: rl, sft, none (p = 1), unsol (no solution), susp (suspect)")
     reasons = summary_suspects(rep["suspects"])
     out.append("suspected wrong golds: " + (", ".join(f"{n} {r}" for r, n in reasons.items()) or "none"))
     return out

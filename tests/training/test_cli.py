@@ -148,3 +148,63 @@ def test_rl_on_cpu_does_not_ask_for_pinned_memory(tmp_path):
 
     args = grpo_args(load_rl_config(None, ["num_generations=2", "prompts_per_step=2"]), tmp_path, 1)
     assert args.dataloader_pin_memory is torch.cuda.is_available()
+
+
+def test_rough_edges_of_run_and_show_are_one_line_that_says_what_to_do(tmp_path, capsys):
+    """Issue 45.8: ``training run`` on a curation recipe named a key, not the verb to use; ``training show`` of a
+    missing path did not say it does not exist; a folder as ``sft.data`` was "not found"."""
+    from curate.errors import InputError
+    from training.chain import check_sft_data
+    from training.cli import main
+
+    assert main(["run", "--recipe", "datasets/tiny/recipe.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert "is a curation recipe" in err and "use `curate run --recipe datasets/tiny/recipe.yaml`" in err
+    assert len(err.strip().splitlines()) == 1
+    assert main(["show", str(tmp_path / "nonexistent")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'nonexistent'} does not exist" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(InputError, match=r"is a folder: give its Parquet file of prompt/completion rows"):
+        check_sft_data(tmp_path, "sft.data")
+
+
+def test_show_of_a_copied_run_lists_its_paths_relative_to_the_copy(tmp_path, capsys):
+    """Issue 45.8: a run folder copied with its workspace listed the original's absolute paths under "paths
+    relative to the workspace"; they are the copy's, relative, and the original workspace is named once."""
+    import shutil
+
+    from tests.training.demo_run import write_demo_run
+    from training.cli import main
+
+    original = tmp_path / "original"
+    run = write_demo_run(original)
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    shutil.rmtree(original)  # another machine
+    assert main(["show", str(copy / run.relative_to(original))]) == 0
+    out = capsys.readouterr().out
+    lineage = out.split("lineage (paths relative to")[1].split("\n\n")[0]
+    assert str(original) not in lineage.replace(f"recorded as paths in {original},", "")
+    assert "  run: runs/tiny-fastcurl" in lineage and "  selection: selections/tiny/selection.parquet" in lineage
+    assert f"(recorded as paths in {original}, where the run was made" in lineage
+    assert str(original) not in out.split("lineage (")[0]  # the step table's models too
+
+
+def test_the_demo_says_quoted_figures_move_with_the_cpu_and_the_recipe_quotes_its_own_run():
+    """Issue 45.8: ``scripts/demo`` printed the benchmark's "seed 0 0.727 -> 0.737" right under the user's own seed-0
+    result with no word that figures move with the CPU; the recipe's comment quoted a stale "0.92 at 3,000"."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    demo = (root / "scripts" / "demo").read_text()
+    quote = demo.split("<<'EOF'\n", 1)[1].split("\nEOF", 1)[0]  # the demo's quoting script, as it runs
+    out = subprocess.run([sys.executable, "-c", quote, str(root / "bench/json/curation-quote.json")],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    lines = out.splitlines()
+    assert lines[0].startswith("[demo] quoted, not rerun:") and "figures move with the CPU" in lines[1]
+    recipe = (root / "training/recipes/tiny/fastcurl.yaml").read_text()
+    readme = (root / "README.md").read_text()
+    assert "0.92 at 3,000" not in recipe and "0.743 at 3,000" in recipe
+    assert "validation pass@1 at step 3000: 0.743" in readme  # the run the comment quotes

@@ -7,6 +7,7 @@ Hermetic: real parquet, the real offline encoder (loaded once per session), real
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
@@ -177,6 +178,23 @@ def test_copies_typed_another_way_or_with_a_wrong_gold_are_leaks_and_siblings_ar
     assert not q.filter(pl.col(S.PROBLEM_ID) == S.problem_id(copies[0][0]))[S.DETAIL].item().count("gold")
 
 
+def test_the_same_expression_is_a_leak_whatever_its_wording_and_gold():
+    """Issue 45.6: ``Work out $8 + 4 - 6 + 1 - 3$.`` (gold 5) against the test item ``Compute $8 + 4 - 6 + 1 - 3$.``
+    (gold 4) was a sibling at 0.667 and kept: "work out" is not one of the words that only ask, so the questions
+    differed. One expression is one question; problems whose numbers differ stay siblings."""
+    from curate.decontaminate.stage import run
+
+    bench = table([("Compute $8 + 4 - 6 + 1 - 3$.", "4", "gen/test")], "test")
+    copies = [("Work out $8 + 4 - 6 + 1 - 3$.", "5"), ("Try this one: $8+4-6+1-3$.", "40")]
+    siblings = [("Work out $8 + 4 - 6 + 1 - 2$.", "5"), ("Work out $8 + 4 - 6 + 1$.", "7")]
+    train = table([(p, a, "t") for p, a in copies + siblings], "train")
+    cfg = DecontamConfig(use_embeddings=False, dedup=DedupConfig(enabled=False))
+    filters, _, ignored = run(train, bench, cfg)
+    flagged = set(filters.filter(pl.col(S.CONTAMINATED))[S.PROBLEM_ID])
+    assert flagged == {S.problem_id(p) for p, _ in copies}
+    assert {i["train"] for i in ignored} <= {S.problem_id(p) for p, _ in siblings}
+
+
 def test_near_duplicates_by_text_need_no_encoder():
     """``dedup.text``: the same problem reworded (same numbers, same answer) is one cluster, template siblings are
     not, with the encoder off (a reworded arithmetic chain scores a cosine under MiniLM's 0.95)."""
@@ -195,6 +213,25 @@ def test_near_duplicates_by_text_need_no_encoder():
     assert sorted(cluster) == sorted(S.problem_id(p) for p in same)
     off = DecontamConfig(use_embeddings=False, verify_answers=False, dedup=DedupConfig(embeddings=False, text=False))
     assert (run(train, bench, off)[1][S.CLUSTER_SIZE] == 1).all()
+
+
+def test_near_duplicate_examples_under_the_cosine_threshold_say_they_are_text_matches():
+    """Issue 45.8: the examples showed pairs at similarity 0.81-0.92 under a 0.95 threshold with no word that the
+    text test, not the cosine, found them."""
+    from curate.decontaminate.dedup import SIMILARITY
+    from curate.decontaminate.stage import run, summarize
+
+    train = table(
+        [("Compute $3 + 5 - 2 + 7$.", "13", "a"), ("Evaluate $3 + 5 - 2 + 7$.", "13", "a reworded")], "train"
+    )
+    bench = table([("Compute $9 - 1$.", "8", "gen/test")], "test")
+    cfg = DecontamConfig(use_embeddings=False, verify_answers=False, dedup=DedupConfig(embeddings=False))
+    filters, dups, ignored = run(train, bench, cfg)
+    for sim, said in ((0.87, "text (same words)"), (0.97, "cosine")):
+        cosine = dups.with_columns(pl.when(pl.col(S.DUPLICATE_OF).is_not_null()).then(sim).alias(SIMILARITY))
+        embedded = replace(cfg, dedup=DedupConfig(threshold=0.95))
+        (example,) = summarize(train, bench, filters, cosine, ignored, {}, embedded)["near_duplicate_examples"]
+        assert example["similarity"] == sim and example["found_by"] == said
 
 
 def test_answers_compatible_rules():

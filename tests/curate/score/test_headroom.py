@@ -69,17 +69,41 @@ def test_pass_at_k_is_the_unbiased_estimator():
 
 
 def test_suspected_wrong_golds_consensus_and_reference():
-    rates = {"slip": 0.0, "hard": 0.0, "fine": 0.6, "reftypo": 0.7}
+    rates = {"slip": 0.0, "hard": 0.0, "fine": 0.6, "reftypo": 0.7} | {f"easy{i}": 1.0 for i in range(6)}
     samples = _ledger(rates, 8, wrong={"slip": "41"})  # every sample of "slip" answers 41; "hard" scatters
     samples = pl.concat([samples.filter(pl.col(S.PROBLEM_ID) != "hard"),  # 5 of 8 agree on 7: not three quarters
                          _ledger({"hard": 0.0}, 5, wrong={"hard": "7"}), _ledger({"hard": 0.0}, 3, seed=9)
                          .with_columns(pl.col(S.SAMPLE_IDX) + 5)])  # fmt: skip
     problems = _problems(dict.fromkeys(rates, 3))
-    ok = problems.select(S.PROBLEM_ID, pl.Series("reference_ok", [True, True, True, False]))
-    got = {r["problem_id"]: r for r in headroom.suspects(headroom.prompt_counts(samples), ok).to_dicts()}
+    ok = problems.select(S.PROBLEM_ID, pl.Series("reference_ok", [pid != "reftypo" for pid in rates]))
+    bands = headroom.band_values(problems, "meta.ops")
+    got = {r["problem_id"]: r for r in headroom.suspects(headroom.prompt_counts(samples), ok, bands).to_dicts()}
     assert set(got) == {"slip", "reftypo"}
     assert got["slip"]["reason"] == "gold_consensus" and "answer 41" in got["slip"]["detail"]
     assert got["reftypo"]["reason"] == "gold_vs_reference"
+
+
+def test_a_consensus_where_the_model_has_no_skill_is_not_a_suspect():
+    """Issue 45: a model with no skill on a kind of problem (the one-operation chains, shorter than any trace) fails
+    each the same way every time; their golds are right. Agreement on another answer flags a gold only in a band
+    the model otherwise passes (pass rate of its other prompts >= 0.75); the reference solution still flags a wrong
+    gold anywhere."""
+    one = {f"one{i}": 0.0 for i in range(12)}  # band 1: always wrong, always the same wrong answer, golds right
+    solved = {f"ok{i}": 1.0 for i in range(12)} | {"planted": 0.0}  # band 3: solved, one planted wrong gold
+    rates = one | solved
+    samples = _ledger(rates, 8, wrong={pid: "99" for pid in [*one, "planted"]})
+    problems = _problems({pid: 1 if pid.startswith("one") else 3 for pid in rates})
+    found = headroom.suspects(headroom.prompt_counts(samples), None, headroom.band_values(problems, "meta.ops"))
+    assert found[S.PROBLEM_ID].to_list() == ["planted"]  # the old rule flagged all 13
+    assert "passes 1.0 of band 3's other prompts" in found["detail"][0]
+    ok = problems.select(S.PROBLEM_ID, pl.Series("reference_ok", [pid != "one3" for pid in rates]))
+    rep = headroom.report(samples, problems, n=8, by="meta.ops", reference_ok=ok)
+    assert dict(rep["suspects"].select(S.PROBLEM_ID, "reason").rows()) == {
+        "one3": "gold_vs_reference",
+        "planted": "gold_consensus",
+    }
+    assert rep["totals"]["suspect"] == 2 and rep["verdict"].endswith("2 suspected wrong golds")
+    assert headroom.lines(rep)[-1] == "suspected wrong golds: 1 gold_consensus, 1 gold_vs_reference"
 
 
 def test_bad_input_is_one_clear_error():
@@ -158,3 +182,55 @@ def test_the_verb_reports_writes_its_files_and_bad_input_is_one_line_exit_2(tmp_
     empty = _workspace(tmp_path / "e", None)
     assert main(["headroom", "--pool", "p", "--model", "m", "--home", str(empty.root)]) == 2
     assert "has no rollouts" in capsys.readouterr().err
+
+
+def test_k_outside_1_to_n_is_one_line_and_n_says_which_prompts_it_kept(tmp_path, capsys):
+    """Issue 45.4: ``--k`` above n (pass@5 of 2 rollouts would print pass@2's values), 0 (once taken as n) and -1
+    (once polars internals) are one line, exit 2. ``--n`` larger than most prompts' samples says what it kept, and
+    the verdict's suspect count is the table's (the reference suspects of prompts left out are not counted)."""
+    from curate.cli import main
+
+    rates = {f"p{i}": (1.0, 0.5, 0.0, 0.5)[i % 4] for i in range(20)}
+    samples = _ledger(rates, 8)
+    resampled = _ledger({f"p{i}": 0.5 for i in range(8, 14)}, 16, seed=3).filter(pl.col(S.SAMPLE_IDX) >= 8)
+    ws = _workspace(tmp_path, pl.concat([samples, resampled]))
+    home = ["--home", str(ws.root)]
+    for k in ("5", "0", "-1", "9"):
+        n = "2" if k == "5" else "8"
+        assert main(["headroom", "--pool", "p", "--model", "m", "--n", n, "--k", k, *home]) == 2
+        err = capsys.readouterr().err
+        assert f"--k {k} is outside 1..{n}" in err and len(err.strip().splitlines()) == 1, err
+    assert main(["headroom", "--pool", "p", "--model", "m", "--n", "2", "--k", "2", *home]) == 0
+    assert "pass@2" in capsys.readouterr().out
+    assert main(["headroom", "--pool", "p", "--model", "m", "--n", "16", *home]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "RL can sharpen" in out[0] and "of 6 prompts (only the prompts with 16 samples: 14 measured" in out[0]
+    assert out[0].endswith("0 suspected wrong golds") and out[-1] == "suspected wrong golds: none"  # p3 left out
+    assert main(["headroom", "--pool", "p", "--model", "m", "--by", "meta.ops", *home]) == 0
+    out = capsys.readouterr().out.splitlines()
+    wide = [line for line in out if len(line) > 80 and not line.startswith(("RL can", "0 suspected"))]
+    assert not wide and any("0.25 < p <= 0.5" in line for line in out), wide  # the tables fit 80 columns
+
+
+def test_curate_score_marks_suspects_by_the_band_it_is_given():
+    """``curate score``'s suspect golds (``score.evidence.suspect_band``; ``training run``'s ``measure`` sets its
+    ``eval.by``) use the same rule: a consensus in a band the model fails is no suspect, one in a band it passes
+    is; a band no problem has is one ``ConfigError``."""
+    from curate.config import ConfigError
+    from curate.score.evidence import EvidenceConfig, suspect_golds
+
+    rates = {f"one{i}": 0.0 for i in range(6)} | {f"ok{i}": 1.0 for i in range(6)} | {"planted": 0.0}
+    samples = _ledger(rates, 8, wrong={pid: "99" for pid in rates}).with_columns(
+        pl.lit("m").alias(S.MODEL), pl.lit(None, pl.Datetime).alias(S.CREATED_AT), pl.lit("hf").alias(S.BACKEND)
+    )
+    problems = _problems({pid: 1 if pid.startswith("one") else 3 for pid in rates})
+    reference = problems.with_columns(pl.lit(None, pl.String).alias(S.SOLUTION))  # no reference solutions
+
+    def check(texts, golds):
+        return []
+
+    found = suspect_golds(samples, reference, EvidenceConfig(model="m", suspect_band="meta.ops"), check)
+    assert found.rows() == [("planted", "gold_consensus")]
+    assert suspect_golds(samples, reference, EvidenceConfig(model="m"), check).height == 0  # the pool: 0.5
+    with pytest.raises(ConfigError, match=r"score\.evidence\.suspect_band: 'meta\.depth'"):
+        suspect_golds(samples, reference, EvidenceConfig(model="m", suspect_band="meta.depth"), check)
