@@ -319,7 +319,8 @@ def early_stop_spec(run: Run, out_dir: Path) -> plateau.EarlyStop | None:
         return None
     problems = Path(out_dir) / plateau.PROBLEMS
     if not problems.is_file():
-        io.write_parquet(heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit), problems)
+        io.write_parquet(heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit,
+                                          sources=run.recipe.eval.sources), problems)  # fmt: skip
     cfg = dataclasses.replace(run.recipe.eval.config(sec.limit), k=sec.k)
     return plateau.EarlyStop(problems=str(problems), eval=cfg, patience=sec.patience, min_delta=sec.min_delta,
                              split=sec.split)  # fmt: skip

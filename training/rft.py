@@ -160,7 +160,8 @@ def _validate(run: Run, model: str) -> dict[str, Any]:
     from training.evaluate import evaluate, heldout_problems
 
     sec = run.recipe.rft
-    problems = heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit)
+    problems = heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit,
+                                sources=run.recipe.eval.sources)  # fmt: skip
     cfg = dataclasses.replace(run.recipe.eval.config(sec.limit), k=sec.k)
     result = evaluate(model, problems, cfg, progress=True)
     return {k: result[k] for k in ("pass_at_1", "stderr", "n_problems", "k")}
@@ -182,7 +183,7 @@ def rft_rounds(run: Run, step: Step, state: ChainState) -> tuple[ChainState, dic
     from training.evaluate import heldout_problems
 
     sec = run.recipe.rft
-    heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit)  # a pool without it fails now
+    heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit, sources=run.recipe.eval.sources)
     start, stopped = state, f"{sec.rounds} rounds"
     for r in range(1, sec.rounds + 1):
         if run.chain().note(RFT, f"r{r}") is None and sec.cpu_budget is not None and r > 1:
