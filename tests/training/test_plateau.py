@@ -197,3 +197,26 @@ def test_sft_stops_a_real_run_at_its_plateau_and_a_killed_run_resumes_with_its_p
     last = _train(tmp_path, model, "killed")
     assert calls == [] and last["steps"] == 10 and last["stopped"] == stopped
     assert (tmp_path / "killed" / "final" / "model.safetensors").is_file()
+
+
+def test_the_early_stop_scores_the_problems_the_choice_scores(tmp_path, monkeypatch):
+    """The early stop's validation problems come from the recipe's ``eval.sources``, as the choice's and held-out
+    evaluation's do (it scored the pool's frontier band too: 0.557 where the same model scored 0.738)."""
+    from types import SimpleNamespace
+
+    import polars as pl
+
+    from training import chain, evaluate
+    from training.recipe import load_recipe
+
+    recipe = load_recipe("training/recipes/tiny/fastcurl.yaml")
+    seen = {}
+
+    def fake(ws, pool, **kwargs):
+        seen.update(kwargs)
+        return pl.DataFrame({"problem_id": ["p"]})
+
+    monkeypatch.setattr(evaluate, "heldout_problems", fake)
+    spec = chain.early_stop_spec(SimpleNamespace(recipe=recipe, ws=None), tmp_path)
+    assert spec is not None and recipe.eval.sources
+    assert seen["sources"] == recipe.eval.sources and seen["split"] == recipe.sft.validation.split
