@@ -617,11 +617,13 @@ def main() -> None:
         evaluate_final(Path(args.eval_final), Path(args.home).resolve())
         return
 
+    from curate import io as curate_io
+
     EXTRA.update(all=args.set, raw=args.raw_set, curated=args.curated_set)
     home = Path(args.home).resolve()
     home.mkdir(parents=True, exist_ok=True)
     cpu_file = home / "cpu.json"
-    cpu = json.loads(cpu_file.read_text()) if cpu_file.is_file() else {}
+    cpu = curate_io.read_json(cpu_file) if cpu_file.is_file() else {}
     if not args.report_only:
         print(f"load average before: {os.getloadavg()}")
         cpu.update(run_all(home, args.arms, args.seeds, args.jobs))

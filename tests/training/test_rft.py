@@ -4,7 +4,6 @@ rounds stop, and the rounds end to end on the taught tiny model, killed in round
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import polars as pl
@@ -13,6 +12,7 @@ import pytest
 from curate import io
 from curate import schema as S
 from curate.errors import ConfigError, InputError
+from training.chain import Chain
 from training.recipe import recipe_from_mapping
 
 
@@ -144,9 +144,9 @@ def test_iterated_rft_climbs_on_verified_samples_and_resumes_a_killed_round_with
     with pytest.raises(RuntimeError, match="killed"):
         run_chain(r, home=home, echo=lines.append)
     run_dir = home / "runs" / "rft"
-    chain = json.loads((run_dir / "chain.json").read_text())
-    first = next(n for n in chain["notes"]["rft"] if n["name"] == "r1")
-    assert not any(n["name"] == "r2" for n in chain["notes"]["rft"])
+    chain = Chain(run_dir)  # its reader: chain.json keeps paths relative to the run folder
+    first = next(n for n in chain.notes["rft"] if n["name"] == "r1")
+    assert not any(n["name"] == "r2" for n in chain.notes["rft"])
     r1_model = first["model"]
     parts = {m: ledger.files(ws, "tiny", m) for m in (first["ledger_model"], ws.model_name(r1_model))}
     assert all(parts.values())  # round 2 had sampled round 1's model before it was killed
@@ -154,7 +154,7 @@ def test_iterated_rft_climbs_on_verified_samples_and_resumes_a_killed_round_with
 
     monkeypatch.setattr(rft, "run_step", real)
     summary = run_chain(r, home=home, echo=lines.append)
-    notes = {n["name"]: n for n in json.loads((run_dir / "chain.json").read_text())["notes"]["rft"]}
+    notes = {n["name"]: n for n in Chain(run_dir).notes["rft"]}
     assert notes["r1"] == first and (run_dir / "rft/r1/sft/metrics.json").stat().st_mtime_ns == metrics  # not redone
     assert notes["rounds"]["rounds"] == ["r1", "r2"] and notes["r2"]["start"] == r1_model  # round 2 from round 1
     assert notes["r2"]["ledger_model"] == ws.model_name(r1_model)
