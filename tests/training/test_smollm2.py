@@ -212,10 +212,12 @@ def test_the_recipe_runs_end_to_end_cut_to_one_step_of_each_kind(smol, capsys):
     summary = json.loads(capsys.readouterr().out)
     run = Path(summary["run_dir"])
 
-    chain = json.loads((run / "chain.json").read_text())
-    assert [s["step"] for s in chain["steps"]] == ["init", "sft", "rl:stage1"]
-    assert all(isinstance(s["pass_at_1"], float) and s["n_problems"] == 2 for s in chain["steps"])
-    assert chain["steps"][0]["model"] == str(folder) and (folder / "files.json").stat().st_mtime_ns == files
+    from training.chain import Chain
+
+    steps = Chain(run).steps  # its reader: chain.json keeps paths relative to the run folder
+    assert [s["step"] for s in steps] == ["init", "sft", "rl:stage1"]
+    assert all(isinstance(s["pass_at_1"], float) and s["n_problems"] == 2 for s in steps)
+    assert steps[0]["model"] == str(folder) and (folder / "files.json").stat().st_mtime_ns == files
     sft = json.loads((run / "sft" / "metrics.json").read_text())
     assert 1 <= sft["steps"] <= 3 and sft["rows_trained"] + sum(sft["dropped"].values()) == sft["rows"]
     assert set(sft["dropped"]) <= {"too_long", "wrong_answer"}
