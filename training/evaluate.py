@@ -41,13 +41,13 @@ from curate.errors import ConfigError, InputError
 from curate.progress import bar
 from curate.prompts import INSTRUCTION, user_message
 from curate.rollout.backends import (
-    ENGINES,
     Completion,
     HFOptions,
     OnDone,
     OpenAIOptions,
     Request,
     Sampling,
+    check_engine,
     generate_hf,
     generate_openai,
     load_hf,
@@ -111,8 +111,7 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ConfigError(f"eval.backend must be one of {BACKENDS}, got {self.backend!r}")
-        if self.engine not in ENGINES:
-            raise ConfigError(f"eval.engine must be one of {ENGINES}, got {self.engine!r}")
+        check_engine(self.engine, "eval.engine")
 
 
 # --------------------------------------------------------------------------------------------------- problems

@@ -34,7 +34,7 @@ from typing import Any
 from curate import io
 from curate.config import Recipe, apply_overrides, from_mapping, placement, read_yaml, unknown_key_error
 from curate.errors import ConfigError
-from curate.rollout.backends import ENGINES
+from curate.rollout.backends import check_engine
 from training.evaluate import EvalConfig
 from training.merge import MergeConfig
 from training.packaged import packaged_name
@@ -355,7 +355,7 @@ class RunRecipe:
 
     def __post_init__(self) -> None:
         packaged_name(self.model)  # ``package:<name>``: a known packaged model (``training.packaged``), now
-        _check_engine(self.engine)
+        check_engine(self.engine, "recipe: engine")
         if self.curriculum and self.train:
             raise ConfigError("recipe: give one of `curriculum` (a plan) or `train` (one prompt file), not both")
         if self.groups is not None and self.groups not in GROUPS:
@@ -520,11 +520,6 @@ def recipe_from_mapping(data: Mapping[str, Any]) -> RunRecipe:
 
         data["curate"] = pipeline.load_recipe(path)
     return from_mapping(RunRecipe, data, "recipe")
-
-
-def _check_engine(engine: str) -> None:
-    if engine not in ENGINES:
-        raise ConfigError(f"recipe: engine must be one of {ENGINES}, got {engine!r}")
 
 
 def _spread_engine(data: dict[str, Any]) -> None:

@@ -51,7 +51,7 @@ from curate.config import apply_overrides, from_mapping, parse_overrides, placem
 from curate.curriculum.sampler import POLICIES, SamplerConfig
 from curate.errors import ConfigError, InputError
 from curate.manifest import file_hash
-from curate.rollout.backends import ENGINES
+from curate.rollout.backends import check_engine
 from training import run_folder
 from training.ladder import LadderConfig
 from training.rl_records import LedgerWriter, MetricsLog
@@ -196,8 +196,7 @@ def _check_counts(cfg: RLConfig) -> None:
             raise ConfigError(f"rl.{name} must be >= 1")
     if cfg.micro_batch_size is not None and cfg.micro_batch_size < 1:
         raise ConfigError("rl.micro_batch_size must be >= 1 or null")
-    if cfg.engine not in ENGINES:
-        raise ConfigError(f"rl.engine must be one of {ENGINES}, got {cfg.engine!r}")
+    check_engine(cfg.engine, "rl.engine")
     if cfg.micro_batch_size is not None and cfg.generation_batch_size % cfg.micro_batch_size:  # issue 45.2: at load
         raise ConfigError(
             f"rl.micro_batch_size ({cfg.micro_batch_size}) must divide the completions per step, rl.prompts_per_step "

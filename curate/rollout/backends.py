@@ -92,6 +92,12 @@ def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 ENGINES = ("auto", "hf")
 
 
+def check_engine(engine: str, key: str) -> None:
+    """``key`` (``hf.engine``, ``eval.engine``, ``rl.engine``, the recipe's ``engine``) is one of ``ENGINES``."""
+    if engine not in ENGINES:
+        raise ConfigError(f"{key} must be one of {ENGINES}, got {engine!r}")
+
+
 @dataclass(frozen=True)
 class HFOptions:
     """Hugging Face transformers backend (CPU or one GPU).
@@ -115,8 +121,7 @@ class HFOptions:
     engine: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ConfigError(f"hf.engine must be one of {ENGINES}, got {self.engine!r}")
+        check_engine(self.engine, "hf.engine")
 
 
 def load_hf(model: str, revision: str | None = None, opts: HFOptions = HFOptions()) -> tuple[Any, Any, str]:
