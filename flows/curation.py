@@ -370,9 +370,18 @@ def exit_on_sigterm():
     its ``atexit`` shutdown never runs. Raising ``SystemExit`` instead unwinds the flow (marked crashed) and runs
     ``atexit``, which stops that server. Ctrl-C (SIGINT) already unwinds as ``KeyboardInterrupt``. A SIGKILL cannot
     be caught: it leaves the server and a RUNNING run behind. Only the main thread can install a handler.
+
+    A handler's exception raised while the main thread runs a finalizer (``__del__``, a weakref callback) is
+    dropped by the interpreter ("Exception ignored in ..."), so one ``kill PID`` could be lost and the run go on to
+    its end (seen under load: Prefect's ``TerminationSignal`` landed in an asyncio transport's ``__del__``). While
+    the block runs, ``sys.unraisablehook`` therefore sends the SIGTERM again when the exception it is handed is that
+    signal's (``TerminationSignal`` or this handler's ``SystemExit``), from a thread, once the finalizer is left.
     """
     import signal
+    import sys
     import threading
+
+    from prefect.exceptions import TerminationSignal
 
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -381,10 +390,19 @@ def exit_on_sigterm():
     def handler(signum, frame):
         raise SystemExit(128 + signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    def unraisable(info) -> None:
+        hook(info)
+        if isinstance(info.exc_value, TerminationSignal) or (
+            isinstance(info.exc_value, SystemExit) and info.exc_value.code == 128 + signal.SIGTERM
+        ):
+            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGTERM)).start()
+
+    previous, hook = signal.signal(signal.SIGTERM, handler), sys.unraisablehook
+    sys.unraisablehook = unraisable
     try:
         yield
     finally:
+        sys.unraisablehook = hook
         signal.signal(signal.SIGTERM, previous)
 
 
