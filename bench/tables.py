@@ -19,6 +19,7 @@ table                  JSON                                written by
 ``methods-headline``   ``bench/json/methods.json``
 ``claims``             ``bench/json/methods.json``         (a row per paper claim, with its verdict)
 ``generate``           ``bench/json/generate.json``        ``bench_generate.py --json`` (sampling speed)
+``frontier``           ``bench/json/frontier.json``        ``bench_frontier.py --json`` (the fair test of RL)
 =====================  ==================================  ==============================================
 
 A table whose JSON is not there yet says so, with the command that writes it. Figures measured before the JSON was
@@ -214,6 +215,41 @@ def generate(data: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def frontier(data: Mapping[str, Any]) -> list[str]:
+    """``bench_frontier.py``: the SFT band per seed, RL's learning curve on validation, and RL minus its start and
+    each same-information baseline on the test split (overall, on 3-8 operations, at the frontier) at T = 0.6 and
+    1.0; an arm not run yet is said to be."""
+    lines = [_measured(data), "", "SFT to its plateau (the early stop; validation pass@1, 150 problems x 2):", "",
+             "| seed | chosen step | steps run | validation pass@1 | why it stopped |",
+             "|---:|---:|---:|---:|---|"]  # fmt: skip
+    for seed, b in (data.get("band") or {}).items():
+        lines.append(f"| {seed} | {b['chosen_step']} | {b['steps']} | {b['pass_at_1']:.3f} ± {b['stderr']:.3f} | "
+                     f"{b['stopped'] or '-'} |")  # fmt: skip
+    curve = data.get("curve") or {}
+    lines += ["", "RL's learning curve from that model (validation, 500 problems x 4; frontier: 9-12 operations):", ""]
+    if not any(len(pts) > 1 for pts in curve.values()):
+        lines.append("_No RL point evaluated yet: the rl arm's stage is evaluated when it ends._")
+    else:
+        lines += ["| seed | RL step | rollouts | CPU-s | pass@1, T = 0.6 | frontier, T = 0.6 | pass@1, T = 1.0 | "
+                  "frontier, T = 1.0 |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        val = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+        for seed, pts in curve.items():
+            for p in pts:
+                lines.append(f"| {seed} | {p['step']} | {p['rollouts']:,.0f} | {p['cpu_s']:,.0f} | "
+                             f"{val(p['pass@0.6'])} | {val(p['frontier@0.6'])} | {val(p['pass@1'])} | "
+                             f"{val(p['frontier@1'])} |")  # fmt: skip
+    for label in ("T=0.6", "T=1.0"):
+        comps = data.get(f"comparisons@{label}") or {}
+        parts = next(iter(comps.values()), {})
+        lines += ["", f"On the test split at {label.replace('=', ' = ')} (500 problems x 4; paired per seed, pooled "
+                  "over seeds: ± the paired SE, seeds ± the seed-to-seed SE):", "",
+                  "| comparison | " + " | ".join(parts) + " |", "|---|" + "---:|" * len(parts)]  # fmt: skip
+        for name, by_part in comps.items():
+            cells = [_pm(c["pooled"]) if c["per_seed"] else "not run yet" for c in by_part.values()]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
 # name -> (JSON file in bench/json/, renderer, the command that writes the JSON)
 TABLES: dict[str, tuple[str, Callable[[Any], list[str]], str]] = {
     "curation": ("curation.json", curation, f"python bench/bench_curation.py {SEEDS} --json bench/json/curation.json"),
@@ -225,6 +261,7 @@ TABLES: dict[str, tuple[str, Callable[[Any], list[str]], str]] = {
     "methods-headline": ("methods.json", methods_headline,
                          "python bench/bench_methods.py --seeds 0 1 2 --json bench/json/methods.json"),
     "claims": ("methods.json", claims, "python bench/bench_methods.py --seeds 0 1 2 --json bench/json/methods.json"),
+    "frontier": ("frontier.json", frontier, f"python bench/bench_frontier.py {SEEDS} --json bench/json/frontier.json"),
     "generate": ("generate.json", generate, "python bench/bench_generate.py --home workspace --model "
                  "workspace/runs/tiny-fastcurl/sft/best --json bench/json/generate.json"),
 }  # fmt: skip
