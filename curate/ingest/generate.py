@@ -52,6 +52,7 @@ from fractions import Fraction
 from urllib.parse import parse_qs, urlparse
 
 from curate.errors import InputError
+from curate.ingest import arith_text
 
 
 FAMILIES = ("arith", "linear", "fraction", "word")
@@ -82,34 +83,6 @@ def _frac_raw(num: int, den: int) -> str:
     return f"\\frac{{{num}}}{{{den}}}"
 
 
-def _arith_expr(start: int, ops: list[tuple[str, int]]) -> str:
-    """The expression of a start value and left-to-right operations, as the problem writes it."""
-    expr = str(start)
-    for op, b in ops:
-        expr = f"({expr}) \\times {b}" if op == "*" else f"{expr} {op} {b}"
-    return expr
-
-
-def _arith_alternatives(start: int, ops: list[tuple[str, int]], values: list[int]) -> list[str]:
-    """A running total in words; the expression rewritten one operation at a time; one paragraph of sentences."""
-    verbs = {"+": "Adding {b} gives {v}.", "-": "Taking away {b} leaves {v}.", "*": "Multiplying by {b} gives {v}."}
-    total = ["Keep a running total, one operation at a time.", f"The total begins at {start}."]
-    total += [verbs[op].format(b=b, v=v) for (op, b), v in zip(ops, values[1:], strict=True)]
-    total.append(f"After the last operation the total is {values[-1]}, so the answer is $\\boxed{{{values[-1]}}}$.")
-    chain = ["Evaluate the first operation and rewrite the expression, until one number is left:"]
-    chain.append(f"${_arith_expr(start, ops)}$")
-    chain += [f"$= {_arith_expr(values[i], ops[i:])}$" for i in range(1, len(ops) + 1)]
-    chain.append(f"Hence $\\boxed{{{values[-1]}}}$.")
-    said = {"+": "plus", "-": "minus", "*": "times"}
-    clauses = [f"{v0} {said[op]} {b} is {v1}" for (op, b), v0, v1 in zip(ops, values[:-1], values[1:], strict=True)]
-    prose = (
-        "Reading the expression from left to right, as its parentheses require: "
-        + "; then ".join(clauses)
-        + f". The expression therefore equals $\\boxed{{{values[-1]}}}$."
-    )
-    return ["\n".join(total), "\n".join(chain), prose]
-
-
 def _arith(
     rng: random.Random, level: int, chain: tuple[int, int] | None = None, operators: str | None = None
 ) -> tuple[str, str, list[str]]:
@@ -117,32 +90,19 @@ def _arith(
     at None, the draws are exactly those of before they existed (same problems, same ids)."""
     steps = 1 + level + rng.randint(0, level) if chain is None else rng.randint(*chain)
     hi = 10 ** min(1 + level // 2, 4)
-    value = rng.randint(1, hi)
-    expr = str(value)
-    lines = [f"Start with ${value}$."]
-    start, ops, values = value, [], [value]
+    start = rng.randint(1, hi)
+    ops: list[tuple[str, int]] = []
+    values = [start]
     allowed = operators if operators is not None else "+-*" if level > 1 else "+-"
     for _ in range(steps):
         op = rng.choice(allowed)
         b = rng.randint(2, 12) if op == "*" else rng.randint(1, hi)
-        if op == "*":
-            new = value * b
-            lines.append(f"Multiply by ${b}$: ${value} \\times {b} = {new}$.")
-            expr = f"({expr}) \\times {b}"
-        elif op == "+":
-            new = value + b
-            lines.append(f"Add ${b}$: ${value} + {b} = {new}$.")
-            expr = f"{expr} + {b}"
-        else:
-            new = value - b
-            lines.append(f"Subtract ${b}$: ${value} - {b} = {new}$.")
-            expr = f"{expr} - {b}"
-        value = new
+        value = values[-1]
         ops.append((op, b))
-        values.append(new)
-    problem = f"Compute ${expr}$."
-    solution = "\n".join([*lines, f"The result is $\\boxed{{{value}}}$."])
-    return problem, str(value), [solution, *_arith_alternatives(start, ops, values)]
+        values.append(value * b if op == "*" else value + b if op == "+" else value - b)
+    problem = f"Compute ${arith_text.expression(start, ops)}$."
+    solutions = [arith_text.steps(start, ops, values), *arith_text.alternatives(start, ops, values)]
+    return problem, str(values[-1]), solutions
 
 
 def _linear(rng: random.Random, level: int) -> tuple[str, str, list[str]]:

@@ -51,11 +51,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, fields
 
 from curate.errors import InputError
+from curate.ingest import arith_text
 
 
 GOLD_KINDS = ("early", "slip", "typo")
 TRACE_KINDS = ("slip", "skip", "early")
-METHODS = ("steps", "total", "rewrite", "prose")  # the generator's arith solutions, in its order (generate._arith)
+METHODS = ("steps", "total", "rewrite", "prose")  # the generator's arith solutions, in its order (arith_text)
 METHOD_KINDS = {"steps": TRACE_KINDS, "total": TRACE_KINDS, "rewrite": ("slip", "copy", "early"),
                 "prose": TRACE_KINDS}  # fmt: skip
 REWORDINGS = ("Evaluate ${e}$.", "What is ${e}$?", "Find the value of ${e}$.", "Calculate ${e}$.")
@@ -138,7 +139,7 @@ def _values(start: int, ops: list[tuple[str, int]], slip: tuple[int, int] | None
 
 
 def step_list(start: int, ops: list[tuple[str, int]], slip: tuple[int, int] | None = None) -> tuple[str, int]:
-    """The generator's step list for ``start`` and ``ops`` (same wording, ``_arith``), and its final value;
+    """The generator's step list for ``start`` and ``ops`` (same wording, ``arith_text.steps``), and its final value;
     ``slip = (k, d)`` adds ``d`` to step ``k``'s result and carries it on (a computing error)."""
     values = _values(start, ops, slip)
     return render("steps", start, ops, values), values[-1]
@@ -146,20 +147,10 @@ def step_list(start: int, ops: list[tuple[str, int]], slip: tuple[int, int] | No
 
 def render(method: str, start: int, ops: list[tuple[str, int]], values: list[int]) -> str:
     """A trace in ``method`` (``METHODS``) that claims ``values`` for ``start`` and ``ops``: the generator's own
-    wording (``curate.ingest.generate._arith`` and ``_arith_alternatives``), byte for byte when the values are
-    right."""
-    from curate.ingest.generate import _arith_alternatives
-
+    wording (``curate.ingest.arith_text``), byte for byte when the values are right."""
     if method != "steps":
-        return _arith_alternatives(start, ops, values)[METHODS.index(method) - 1]
-    lines = [f"Start with ${start}$."]
-    for (op, b), value, new in zip(ops, values[:-1], values[1:], strict=True):
-        if op == "*":
-            lines.append(f"Multiply by ${b}$: ${value} \\times {b} = {new}$.")
-        else:
-            lines.append(f"{'Add' if op == '+' else 'Subtract'} ${b}$: ${value} {op} {b} = {new}$.")
-    lines.append(f"The result is $\\boxed{{{values[-1]}}}$.")
-    return "\n".join(lines)
+        return arith_text.alternatives(start, ops, values)[METHODS.index(method) - 1]
+    return arith_text.steps(start, ops, values)
 
 
 def method_trace(start: int, ops: list[tuple[str, int]], method: str, kind: str | None, rng: random.Random) -> str:
