@@ -71,11 +71,6 @@ class LadderConfig:
         left = max(0, max_steps - done)
         return left * n_from // n_to if self.budget == "rollouts" else left
 
-    def describe(self) -> str:
-        return (f"the reward averaged over {self.window} step(s) without a new peak for {self.patience} step(s) "
-                f"(plateau) or more than {self.collapse_drop:g} below its peak (collapse); N x {self.factor} up to "
-                f"{self.n_max}, lr/N kept; the budget counts {self.budget}")  # fmt: skip
-
 
 class LadderWatch:
     """The rollout ladder of one segment, as the trainer sees it (module docstring).

@@ -175,15 +175,6 @@ def method_trace(start: int, ops: list[tuple[str, int]], method: str, kind: str 
     return text
 
 
-def teacher_trace(solution: str, kind: str, rng: random.Random, method: str = "steps") -> str | None:
-    """A wrong version of a step list's problem in ``method`` (``kind`` from ``METHOD_KINDS[method]``); None when
-    ``solution`` is not a step list (other families)."""
-    parsed = steps(solution)
-    if parsed is None:
-        return None
-    return method_trace(*parsed, method, kind, rng)
-
-
 # --------------------------------------------------------------------------------------------------- answers
 def wrong_answer(row: dict, kind: str, rng: random.Random) -> str:
     """A wrong gold answer of ``kind`` (``GOLD_KINDS``) for ``row``; never equal to the true one."""
