@@ -477,6 +477,37 @@ def meta_values(meta: Sequence[str | None], key: str) -> list[Any]:
     return [json.loads(m or "{}").get(key) for m in meta]
 
 
+def field_groups(
+    problems: pl.DataFrame, by: str, column: str = "group", *, bins: bool = False, label: str = ""
+) -> pl.DataFrame:
+    """(problem_id, ``column``): each problem's value of the field ``by`` as text (a missing value: ``None``), in
+    the problems' order. ``by`` is a column of ``problems`` (``level``, ``difficulty``, ``subject``, ``des``) or
+    ``meta.<key>``, a field of its JSON ``meta`` (``meta.ops``: the built-in arithmetic chains' length). With
+    ``bins``, a field whose values are all numbers in [0, 1] (a score such as ``des``) falls into bins of 0.1.
+    Raises ``ValueError``, led by ``label`` (the setting that named ``by``) and ``by``, when no problem has it.
+
+    The one grouping of problems by a field: the headroom report's bands (``curate.score.headroom.band_values``)
+    and ``eval.by``'s groups (``training.evaluate.groups``).
+
+    >>> field_groups(pl.DataFrame({"problem_id": ["a", "b"], "meta": ['{"ops": 3}', None]}), "meta.ops").rows()
+    [('a', '3'), ('b', 'None')]
+    """
+    if by.startswith("meta."):
+        if META not in problems.columns:
+            raise ValueError(f"{label}{by!r}: the problems have no meta column")
+        values = meta_values(problems[META].to_list(), by.split(".", 1)[1])
+    elif by in problems.columns:
+        values = problems[by].to_list()
+    else:
+        raise ValueError(f"{label}{by!r}: not a column of the problems ({', '.join(problems.columns)}) nor meta.<key>")
+    if all(v is None for v in values):
+        raise ValueError(f"{label}{by!r}: no problem has a value")
+    if bins and all(isinstance(v, float) and 0.0 <= v <= 1.0 for v in values if v is not None):
+        values = [None if v is None else f"{min(int(v * 10), 9) / 10:.1f}-{min(int(v * 10), 9) / 10 + 0.1:.1f}"
+                  for v in values]  # fmt: skip
+    return pl.DataFrame({PROBLEM_ID: problems[PROBLEM_ID], column: [str(v) for v in values]})
+
+
 def slug(name: str) -> str:
     """A file-system safe name for a model or encoder id: ``Qwen/Qwen2.5-Math-1.5B`` -> ``Qwen__Qwen2.5-Math-1.5B``."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name.replace("/", "__")).strip("_") or "unnamed"

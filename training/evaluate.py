@@ -373,20 +373,9 @@ def read_eval(run_dir: str | Path) -> pl.DataFrame:
 def groups(problems: pl.DataFrame, by: str) -> pl.DataFrame:
     """(problem_id, group) for a per-level breakdown: ``by`` is a column of the problems table (``level``,
     ``difficulty``, ``subject``) or ``meta.<key>``, a field of its JSON ``meta`` (``meta.ops``: the built-in
-    arithmetic chains' length). Raises ``ValueError`` when the problems have no such field."""
-
-    if by.startswith("meta."):
-        key = by.split(".", 1)[1]
-        if S.META not in problems.columns:
-            raise ValueError(f"eval.by {by!r}: the problems have no meta column")
-        values = S.meta_values(problems[S.META].to_list(), key)
-    elif by in problems.columns:
-        values = problems[by].to_list()
-    else:
-        raise ValueError(f"eval.by {by!r}: not a column of the problems ({problems.columns}) nor meta.<key>")
-    if all(v is None for v in values):
-        raise ValueError(f"eval.by {by!r}: no problem has a value")
-    return pl.DataFrame({S.PROBLEM_ID: problems[S.PROBLEM_ID], "group": [str(v) for v in values]})
+    arithmetic chains' length). Raises ``ValueError`` when the problems have no such field. The grouping is
+    ``curate.schema.field_groups``, the one the headroom report's bands use."""
+    return S.field_groups(problems, by, "group", label="eval.by ")
 
 
 def group_order(group: str) -> tuple[int, float, str]:

@@ -41,7 +41,6 @@ prompts its own rollouts saw mixed, a selection bias: issue 36 measured the old 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -69,24 +68,11 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def band_values(problems: pl.DataFrame, by: str | None) -> pl.DataFrame:
     """(problem_id, band) for ``by``: a column of ``problems`` (``level``, ``subject``, ``des``: numbers in [0, 1]
     fall into bins of 0.1), ``meta.<key>`` (a field of the JSON ``meta``), or None (one band, ``all``). Raises
-    ``ValueError`` naming ``by`` when no problem has it. ``training.evaluate``'s per-group breakdown uses it too."""
+    ``ValueError`` naming ``by`` when no problem has it. The grouping is ``curate.schema.field_groups``, which
+    ``training.evaluate.groups`` (``eval.by``'s per-group breakdown) uses too, without the bins."""
     if by is None:
         return problems.select(S.PROBLEM_ID, pl.lit(ALL).alias("band"))
-    if by.startswith("meta."):
-        key = by.split(".", 1)[1]
-        if S.META not in problems.columns:
-            raise ValueError(f"{by!r}: the problems have no meta column")
-        values = [json.loads(m or "{}").get(key) for m in problems[S.META].to_list()]
-    elif by in problems.columns:
-        values = problems[by].to_list()
-    else:
-        raise ValueError(f"{by!r}: not a column of the problems ({', '.join(problems.columns)}) nor meta.<key>")
-    if all(v is None for v in values):
-        raise ValueError(f"{by!r}: no problem has a value")
-    if all(isinstance(v, float) and 0.0 <= v <= 1.0 for v in values if v is not None):  # a score: bins of 0.1
-        values = [None if v is None else f"{min(int(v * 10), 9) / 10:.1f}-{min(int(v * 10), 9) / 10 + 0.1:.1f}"
-                  for v in values]  # fmt: skip
-    return pl.DataFrame({S.PROBLEM_ID: problems[S.PROBLEM_ID], "band": [str(v) for v in values]})
+    return S.field_groups(problems, by, "band", bins=True)
 
 
 def prompt_counts(samples: pl.DataFrame, n: int | None = None) -> pl.DataFrame:

@@ -220,6 +220,37 @@ def test_paired_gain_per_group_of_problems():
         groups(problems, "meta.nope")
 
 
+def test_headroom_bands_and_eval_groups_are_one_grouping_by_a_field_with_their_own_column_and_bins():
+    """``eval.by``'s groups (``training.evaluate.groups``) and the headroom report's bands
+    (``curate.score.headroom.band_values``) are one grouping by a field: the same text values in the problems' order,
+    as a String column named ``group`` or ``band``; only the bands bin a score in [0, 1] and have a band for no
+    field. Pinned frame for frame (names, dtypes, order) so neither caller's output moves."""
+    from polars.testing import assert_frame_equal
+
+    from curate.score.headroom import band_values
+    from training.evaluate import groups
+
+    meta = [json.dumps({"ops": 10}), None, json.dumps({"ops": 2}), json.dumps({})]
+    problems = pl.DataFrame({"problem_id": ["a", "b", "c", "d"], "level": [3, 1, 2, None], "meta": meta,
+                             "des": [0.05, 0.35, 1.0, 0.999], "subject": ["x", "y", "x", "y"]})  # fmt: skip
+    ids = pl.Series("problem_id", ["a", "b", "c", "d"])
+    for by, text in {"meta.ops": ["10", "None", "2", "None"], "level": ["3", "1", "2", "None"],
+                     "subject": ["x", "y", "x", "y"]}.items():  # fmt: skip
+        assert_frame_equal(groups(problems, by), pl.DataFrame([ids, pl.Series("group", text, pl.String)]))
+        assert_frame_equal(band_values(problems, by), pl.DataFrame([ids, pl.Series("band", text, pl.String)]))
+    assert groups(problems, "des")["group"].to_list() == ["0.05", "0.35", "1.0", "0.999"]  # eval.by: the values
+    bins = ["0.0-0.1", "0.3-0.4", "0.9-1.0", "0.9-1.0"]  # headroom: a score's bins of 0.1
+    assert_frame_equal(band_values(problems, "des"), pl.DataFrame([ids, pl.Series("band", bins, pl.String)]))
+    assert_frame_equal(band_values(problems, None), pl.DataFrame([ids, pl.Series("band", ["all"] * 4)]))
+    for by in ("meta.depth", "nope"):
+        with pytest.raises(ValueError, match=f"^eval.by '{by}': "):
+            groups(problems, by)
+        with pytest.raises(ValueError, match=f"^'{by}': "):
+            band_values(problems, by)
+    with pytest.raises(ValueError, match="no meta column"):
+        groups(problems.drop("meta"), "meta.ops")
+
+
 # --------------------------------------------------------------------------------------------------- backends
 def _openai_server(problems: pl.DataFrame, seen: list):
     """A local OpenAI-compatible chat server (stdlib): every sample of a problem boxes its gold answer, except the
