@@ -486,21 +486,66 @@ def train_rl(
         trainer.load_sampler_state(checkpoint or continue_from, continuing=checkpoint is None)
         trainer.resume_rng_from = str(checkpoint or continue_from)  # restored at the first step: the same samples
     trainer.optimizer_from = optimizer_from
-    final = out_dir / run_folder.FINAL
     train_loss = _train_and_save(trainer, checkpoint, at_end, out_dir, state.is_main_process)
 
+    summary = _summary(
+        cfg,
+        trainer,
+        out_dir=out_dir,
+        run_id=run_id,
+        checkpoint=checkpoint,
+        prompts=frame.height,
+        dropped=dropped,
+        train_loss=train_loss,
+        t0=t0,
+        pool=pool,
+        ledger_model=ledger_model,
+    )
+    if state.is_main_process:
+        written = metrics_log.write()
+        rows = metrics_log.rows
+        rewards = [r["reward"] for r in rows if r.get("reward") is not None]
+        summary["reward_first"] = rewards[0] if rewards else None
+        summary["reward_last"] = rewards[-1] if rewards else None
+        summary["metrics"] = str(written) if written else None
+        final = out_dir / run_folder.FINAL
+        _write_card(final, cfg, model, train, identity, frame.height, dropped, pool, summary)
+        run_folder.seal(final)
+        io.write_json(out_dir / SUMMARY, summary)
+    state.wait_for_everyone()
+    return summary
+
+
+def _summary(
+    cfg: RLConfig,
+    trainer: Any,
+    *,
+    out_dir: Path,
+    run_id: str,
+    checkpoint: Path | None,
+    prompts: int,
+    dropped: int,
+    train_loss: float | None,
+    t0: float,
+    pool: str | None,
+    ledger_model: str,
+) -> dict[str, Any]:
+    """The run's ``summary.json`` as every rank knows it once training ended: what was trained (steps, prompts,
+    the curriculum's counts and state hash, the ladder's event), from where, on what device, and the ledger its
+    rollouts went to. Apart from ``train_rl`` so that the record's fields read in one place; rank 0 adds the
+    metrics' rewards and path before writing it."""
     from training.sampler_bridge import state_hash
 
     curriculum_state = trainer.bridge.curriculum.state_dict()
-    summary: dict[str, Any] = {
+    return {
         "run_dir": str(out_dir),
         "run_id": run_id,
-        "final": str(final),
+        "final": str(out_dir / run_folder.FINAL),
         "steps": int(trainer.state.global_step),
         "max_steps": cfg.max_steps,
         "stopped_early": bool(trainer.bridge.exhausted and trainer.state.global_step < cfg.max_steps),
         "resumed_from": str(checkpoint) if checkpoint else None,
-        "prompts": frame.height,
+        "prompts": prompts,
         "dropped_long_prompts": dropped,
         "padded_chunks": trainer.bridge.padded_chunks,
         "curriculum": dict(trainer.bridge.curriculum.counts),
@@ -512,18 +557,6 @@ def train_rl(
         "ledger": {"pool": pool, "model": ledger_model, "run_id": run_id} if pool else None,
         "ladder": trainer.ladder.summary() if trainer.ladder is not None else None,
     }
-    if state.is_main_process:
-        written = metrics_log.write()
-        rows = metrics_log.rows
-        rewards = [r["reward"] for r in rows if r.get("reward") is not None]
-        summary["reward_first"] = rewards[0] if rewards else None
-        summary["reward_last"] = rewards[-1] if rewards else None
-        summary["metrics"] = str(written) if written else None
-        _write_card(final, cfg, model, train, identity, frame.height, dropped, pool, summary)
-        run_folder.seal(final)
-        io.write_json(out_dir / SUMMARY, summary)
-    state.wait_for_everyone()
-    return summary
 
 
 def _train_and_save(trainer: Any, checkpoint: Path | None, at_end: bool, out_dir: Path, main: bool) -> float | None:
