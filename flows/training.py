@@ -4,8 +4,10 @@ Where it sits: ``flows -> training -> curate``. It holds no training logic and n
 loads the recipe once (``training.recipe.load_recipe``: the training recipe and its curation recipe), opens the run
 folder once (``training.chain.open_run``), hands the loaded curation recipe to the ``curate-dataset`` subflow and
 runs ``training.runner.run_opened``, the steps behind ``training run``, with a ``call`` that turns each step
-(``init_model``, ``sft``, one ``rl_stage``, ``evaluate_model``, ``decide``, the CoScale steps, ``redistill``,
-``fit_and_plot``, ``write_summary``) into a task named after it. The CLI and the flow therefore take the same steps
+(``init_model``, ``sft``, ``choose`` (the SFT checkpoint on validation), ``measure`` and ``forecast_waste``
+(``training.measure``), one ``rl_stage``, ``next_rung`` (the rollout ladder), ``merge_groups`` (parallel groups),
+``evaluate_model``, ``decide``, the CoScale steps, ``rft_round`` (with ``rft``), ``redistill``, ``fit_and_plot``,
+``write_summary``) into a task named after it. The CLI and the flow therefore take the same steps
 in the same order, and the recipe's ``decide`` section (stop when the fitted asymptote is near, CoScale
 iterations) acts the same in both. The curation half (``curate_recipe``) runs first as the ``curate-dataset``
 subflow (one task per curation stage, with its own summary, table and plot artifacts), until the run has started

@@ -1,7 +1,7 @@
 """``measure``: before RL, what the SFT model can do on the RL candidates, and what RL will meet there.
 
-Three things the chain knows before any RL step (issue 36), each recorded in ``chain.json``'s notes and skipped once
-recorded:
+Two steps that tell the chain what it needs before any RL step (issue 36), each recorded in a note of
+``chain.json`` (``measure``, ``forecast``) and skipped once recorded:
 
 1. ``measure``: ``curate rollout`` of the current model over the RL candidates, then the **headroom report** of those
    rollouts (``curate.score.headroom``: per ``eval.by`` band and pass-rate bucket, pass@1 and pass@k, the middle's

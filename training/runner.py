@@ -28,13 +28,17 @@ The chain, one public function per step, each skipped when its output is already
 Steps 8 and 9, and what a run bought (the evals' tables, the paired gain, the waste, the chain's metrics), live in
 ``training.outcome``, which the Prefect flow and the benchmarks read a run through.
 
-Every step takes ``(run, state)``: a ``Run`` (recipe, workspace, run folder) and the ``ChainState`` the previous step
-returned (the current model, RL step and compute offsets, the model waiting for its evaluation), and returns the
-next state. ``run_chain`` calls them in order through a ``call(name, fn, *args)`` hook: by default a plain call;
-the Prefect flow (``flows/training.py``) passes one that runs each call as a task, so the CLI and the flow run the
-same steps and the same control flow. What is done is read back from the run folder (``chain.json``, each training
-step's own completion file), never from the caller, so a re-run after a failure resumes at the failed step (an RL
-stage from its last checkpoint, ``training.rl``).
+Every step takes a ``Run`` (recipe, workspace, run folder) first. The training steps (``sft``, ``choose``, ``measure``,
+``rl_stage``, ``merge_groups``, ``evaluate_model``, the CoScale steps, ``redistill``, ...) also take the ``ChainState``
+the previous step returned (the current model, RL step and compute offsets, the model waiting for its evaluation), some
+with arguments of their own (``rl_stage`` its stage), and return the next state. The others return what they found
+instead: ``curation`` (the run alone) its stages' results, ``init_model`` (the run alone) the first state,
+``next_rung`` the next rung of a stage or None, ``decide`` its decision, ``fit_and_plot`` the fit and ``write_summary``
+the summary. ``run_chain`` calls them in order through a ``call(name, fn, *args)`` hook: by default a plain call; the
+Prefect flow (``flows/training.py``) passes one that runs each call as a task, so the CLI and the flow run the same
+steps and the same control flow. What is done is read back from the run folder (``chain.json``, each training step's
+own completion file), never from the caller, so a re-run after a failure resumes at the failed step (an RL stage from
+its last checkpoint, ``training.rl``).
 
 The decision (recipe key ``decide``, ``DecideSection``): after each RL stage's evaluation the sigmoid is fitted to
 the eval curve so far (every RL evaluation of the run, cumulative compute). The chain **stops** the current pass
