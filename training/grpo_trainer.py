@@ -1,6 +1,27 @@
 r"""``CurateGRPOTrainer``: TRL's ``GRPOTrainer`` with the curriculum sampler, reward feedback, the rollout ledger,
 ScaleRL's batch hygiene and the sampler state in every checkpoint. Where a new loss or batch rule goes.
 
+The objective of each ``loss_type`` (``training.rl.LOSS_TYPES``), as trl 1.16's ``_compute_loss`` computes it with
+token-level importance sampling (its default) and one optimizer step per generation batch. R completions o_i of
+T_i loss tokens, N = sum_i T_i; r_it = pi(o_it | q, o_i<t) / pi_old(o_it | q, o_i<t), 1 in value on-policy;
+A_i = (R_i - mean_g R) / (s + 1e-4) over the prompt's group g, s its std (``scale_rewards``: ``batch`` the batch's,
+``none`` no division), which ``group_hygiene`` may replace and weight; sg[.] stops the gradient; eps_low =
+``epsilon``, eps_high = ``epsilon_high`` (or epsilon):
+
+- ``grpo``: L = -(1/R) sum_i (1/T_i) sum_t min(r_it A_i, clip(r_it, 1 - eps_low, 1 + eps_high) A_i): PPO's
+  clipped ratio, averaged over each completion's tokens, then over the completions.
+- ``dapo``: L = -(1/N) sum_i sum_t min(r_it A_i, clip(r_it, 1 - eps_low, 1 + eps_high) A_i): the same clipped
+  term, averaged over all the batch's tokens at once (DAPO's token-level loss; clip-higher is eps_high > eps_low).
+- ``cispo``: L = -(1/N) sum_i sum_t sg[min(r_it, eps_high)] A_i log pi(o_it | q, o_i<t): REINFORCE with a
+  truncated importance weight outside the gradient (eps_high an absolute cap: ``training.rl`` sets 5.0 unless
+  given), so no token's gradient is clipped away.
+
+In each, ``beta`` > 0 adds beta (exp(d) - d - 1) per token, d = log pi_ref - log pi (the k3 estimate of KL to the
+reference), inside the same average; ``entropy_coef`` subtracts its multiple of the mean token entropy; with vLLM,
+TRL's ``vllm_importance_sampling_correction`` (on by default) multiplies each token's term by the trainer/sampler
+probability ratio (truncated or masked as ``vllm_importance_sampling_mode`` says). TRL's other loss types (``dr_grpo``,
+``bnpo``, ``sapo``, ...) are refused by ``training.rl``.
+
 What it adds (every override checked against trl 1.16; ``training.rl`` builds it and runs the stage):
 
 - ``_get_train_sampler``: ``training.sampler_bridge.CurriculumRepeatSampler`` (RepeatSampler's group layout over
