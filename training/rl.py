@@ -489,17 +489,7 @@ def train_rl(
     train_loss = _train_and_save(trainer, checkpoint, at_end, out_dir, state.is_main_process)
 
     summary = _summary(
-        cfg,
-        trainer,
-        out_dir=out_dir,
-        run_id=run_id,
-        checkpoint=checkpoint,
-        prompts=frame.height,
-        dropped=dropped,
-        train_loss=train_loss,
-        t0=t0,
-        pool=pool,
-        ledger_model=ledger_model,
+        cfg, trainer, out_dir, run_id, checkpoint, frame.height, dropped, train_loss, t0, pool, ledger_model
     )
     if state.is_main_process:
         written = metrics_log.write()
@@ -519,7 +509,6 @@ def train_rl(
 def _summary(
     cfg: RLConfig,
     trainer: Any,
-    *,
     out_dir: Path,
     run_id: str,
     checkpoint: Path | None,
