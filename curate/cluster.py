@@ -1,6 +1,6 @@
 """Shared clustering helpers: seeded k-means labels over problem embeddings, used by score and select.
 
-Kept below the stages so select never reaches into score (issue 10): both call these with the embeddings from
+Kept below the stages so select never reaches into score: both call these with the embeddings from
 ``curate.embed``'s cache.
 """
 

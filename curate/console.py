@@ -110,7 +110,7 @@ _FULL_WORDS = ("No space left on device", "os error 28", "[Errno 28]", "StorageF
 
 def disk_full(exc: BaseException | None) -> bool:
     """Whether ``exc``, or an exception it was raised from or while handling, says the disk (or quota) is full:
-    ``OSError`` ENOSPC / EDQUOT, or a library's words for it (``disk_full_text``; issue 45.3)."""
+    ``OSError`` ENOSPC / EDQUOT, or a library's words for it (``disk_full_text``)."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -155,7 +155,7 @@ VERSION_OPTION = typer.Option("--version", callback=_print_version, is_eager=Tru
 
 def summary_line(doc: str | None) -> str | None:
     """A verb's summary on the app's screen: its docstring's first sentence, up to the first colon or semicolon
-    outside parentheses (click cuts its own summary at about 45 columns with ``...``; issue 45.8)."""
+    outside parentheses (click cuts its own summary at about 45 columns with ``...``)."""
     text = " ".join((doc or "").split("\n\n")[0].split())
     depth = 0
     for i, ch in enumerate(text):

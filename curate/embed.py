@@ -31,9 +31,8 @@ Every encoder gets one global length sort before batching (minimal padding), and
 are written to the cache as they finish: a run killed half way keeps every finished chunk, and the next run
 encodes only the rest. Inside a transformer's chunk, the finished blocks are saved too: when ``SAVE_EVERY_S`` of
 encoding are unsaved (a slow CPU) and when the run stops on an exception or Ctrl-C, so a kill loses at most that
-much work and an interruption loses only the block it was in (issue 23.15: 1,280 rows of a 2,048-row chunk were
-lost). Parts are written under the cache's lock (``cache_lock``), which removes the temp files of writers that were
-killed mid-write (issue 24.6).
+much work and an interruption loses only the block it was in (not, as once, 1,280 rows of a 2,048-row chunk). Parts are
+written under the cache's lock (``cache_lock``), which removes the temp files of writers that were killed mid-write.
 
 Cache: ``ws.embeddings_dir(key)/part-*.parquet`` with schema.EMBEDDINGS, where ``key = encoder_key(cfg)`` names the
 concrete encoder (never the alias ``default``), its version for the static model (``static-minilm-256d-v1``) and,

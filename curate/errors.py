@@ -1,5 +1,5 @@
 """User-facing errors. The CLI prints a ``CurateError`` as one line and exits 2; anything else is a bug and keeps
-its traceback (issue 10: a blanket ``except ValueError`` hid real bugs).
+its traceback (a blanket ``except ValueError`` would hide real bugs).
 
 - ``ConfigError``: a recipe or option is wrong (unknown key, bad value); raised before any work starts.
 - ``InputError``: an input file or source cannot be read as asked (missing column, unknown format, bad rows).

@@ -207,7 +207,7 @@ class Workspace:
 
 def pool_locked(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Run a stage entry point ``fn(ws, pool, ...)`` holding ``ws.lock("pool", pool)``: its read-modify-write
-    of the pool's tables cannot interleave with another writer's (issue 10: two ingests lost one source)."""
+    of the pool's tables cannot interleave with another writer's (unlocked, two ingests at once lost a source)."""
 
     @functools.wraps(fn)
     def locked(ws: Workspace, pool: str, *args: Any, **kwargs: Any) -> Any:
@@ -221,7 +221,7 @@ def pool_locked(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _create_temp(path: Path) -> Path:
     """A new empty ``.<name>.<random>.tmp`` beside ``path``, created with mode 0666 & ~umask (0644 under umask
     022) like any new file: ``mkstemp``'s 0600 would hide every workspace file from the other users of a shared
-    machine (issue 11). Readers skip dot-files; ``remove_temp`` removes those of killed writers."""
+    machine. Readers skip dot-files; ``remove_temp`` removes those of killed writers."""
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")

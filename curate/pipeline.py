@@ -105,7 +105,7 @@ def planned_stages(recipe: Recipe, only: Iterable[str] | None = None) -> list[st
     unknown = [s for s in wanted if s not in recipe.stages]
     if unknown:
         named = []
-        for name in unknown:  # a misspelling gets a "did you mean", as a misspelled recipe key does (issue 38.8)
+        for name in unknown:  # a misspelling gets a "did you mean", as a misspelled recipe key does
             close = difflib.get_close_matches(name, recipe.stages, n=1, cutoff=0.6)
             named.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
         raise ConfigError(f"stage(s) {', '.join(named)} are not in the recipe's stages {list(recipe.stages)}")

@@ -10,7 +10,7 @@ name); each extra counter (e.g. ``tokens=412``) is summed and shown as a rate (`
 
 ``log_to(sink)``: while a block runs, every ``log`` line and the plain progress lines go to ``sink`` (a function of one
 line) instead of stderr, whatever stderr is: the Prefect flows hand in their run logger, so a stage's progress shows
-in the worker's log and the UI (``flows.curation``; issue 38.10: a worker was silent 6.4 minutes while a flow's
+in the worker's log and the UI (``flows.curation``; without it a worker was silent 6.4 minutes while a flow's
 ``decontaminate`` embedded 2,977 problems).
 
 ``status_file(path, **fields)``: while a block runs, ``path`` (JSON) says what the process is doing: the fields (a
@@ -45,7 +45,7 @@ LIBRARY_BARS = ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BA
 def quiet_library_bars() -> None:
     """Off a terminal (a log file, a pipe, a Prefect worker), turn off the tqdm bars of huggingface_hub,
     transformers and datasets ("Loading weights", "Writing model shards", "Tokenizing train dataset", ...): in a log
-    each is a line of carriage returns, and they were most of the demo's log (issue 38.10). Through the
+    each is a line of carriage returns, and they were most of the demo's log. Through the
     environment, so the training steps' own processes inherit it; before those libraries are imported (they read it
     then); a value the user set is kept. This project's own progress lines are unchanged (``bar``)."""
     if not sys.stderr.isatty():

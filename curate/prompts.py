@@ -1,4 +1,4 @@
-r"""The one place for prompt text and the row layouts built from it (issue 10).
+r"""The one place for prompt text and the row layouts built from it.
 
 Curation exports (TRL, verl), curriculum shards, the generation backends, SFT rows and the RL trainer all build their
 prompts here, so the model is trained, sampled and evaluated on exactly the same user turn:

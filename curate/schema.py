@@ -288,7 +288,7 @@ CURRICULA = pl.Schema(
 )
 
 # --------------------------------------------------------------------------------------------------- solutions
-# The solutions stage (curate/solutions/, issue 13): distinct verified solutions per problem, what it dropped and
+# The solutions stage (curate/solutions/): distinct verified solutions per problem, what it dropped and
 # why (solutions_quarantine.parquet: solutions, not problems, so apart from the quarantine_<stage> files of
 # problems), and each problem's CoScale-RL pool. ORIGIN says where a solution came from (ORIGINS).
 CHARS = "chars"  # length of a solution's text in characters
@@ -427,7 +427,7 @@ def empty(schema: pl.Schema) -> pl.DataFrame:
 _WS = re.compile(r"\s+")
 # Invisible characters that NFKC keeps: zero-width space / non-joiner / joiner, word joiner, zero-width no-break
 # space (a BOM inside text), soft hyphen, Mongolian vowel separator. Copies of one problem that differ only in them
-# are the same problem (issue 24.7: they were neither merged nor flagged as conflicting).
+# are the same problem (kept apart, they were neither merged nor flagged as conflicting).
 ZERO_WIDTH = re.compile("[\u00ad\u180e\u200b\u200c\u200d\u2060\ufeff]")
 
 

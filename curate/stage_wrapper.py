@@ -71,7 +71,7 @@ class StageOutput:
 
 def _input_key(ws: Workspace, path: Path) -> str:
     """Inputs and outputs under the workspace are recorded relative to it, so a moved or copied workspace still
-    skips finished stages (issue 38.12: a copy under another ``--home`` redid all five curation stages)."""
+    skips finished stages (with absolute paths, a copy under another ``--home`` redid all five curation stages)."""
     path = Path(path).resolve()
     try:
         return str(path.relative_to(ws.root))

@@ -40,7 +40,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     # click's plain help: Rich's read "[default: 4]" and ".[gpu]" as markup, kept docstrings' hard line breaks and
-    # squeezed the option table at 80 columns (issue 38.15)
+    # squeezed the option table at 80 columns
     rich_markup_mode=None,
 )
 
@@ -192,7 +192,7 @@ def show(pool: Annotated[str, typer.Argument(help="Pool name.")], home: Home = N
 
 def _render_show(payload: dict) -> None:
     """``curate show`` on the terminal: the pool's folder once, then its tables by file name, so no line is wider
-    than the folder's path (whole paths made lines of 82-108 columns at 80; issue 45.8). ``--json`` keeps them."""
+    than the folder's path (whole paths made lines of 82-108 columns at 80). ``--json`` keeps them."""
     tables = payload.get("tables") or {}
     shown = {k: v for k, v in payload.items() if k != "tables"} | {"sources": ", ".join(payload["sources"]) or "-"}
     if tables:

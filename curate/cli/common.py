@@ -63,7 +63,7 @@ def emit(payload: Any, as_json: bool, render: Callable[[Any], None]) -> None:
 
 
 # What a verb turns into one line + exit 2 (``run_app`` does the same for whatever a verb lets through). Only
-# user errors: a KeyError or ValueError from a bug keeps its traceback (issue 10).
+# user errors: a KeyError or ValueError from a bug keeps its traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (CurateError,)  # LockTimeout included
 
 
@@ -74,7 +74,7 @@ def _shown(value: Any) -> str:
 
 def _pairs(value: dict) -> str:
     """A mapping on one line: ``k=v, ...``; a zero-variance forecast (``curate.score.forecast``) in words, which
-    say why it is unset (no rollouts yet) instead of ``share=None`` (issue 45.8)."""
+    say why it is unset (no rollouts yet) instead of ``share=None``."""
     if {"share", "rollouts", "prompts"} <= set(value):
         from curate.score.forecast import describe
 
@@ -99,7 +99,7 @@ def render_summary(summary: dict) -> None:
     ``warnings`` (a list of text) as ``warning:`` lines on stderr.
 
     The scalars are lines, not a table: a table cut long values (the paths ``curate show`` exists to show) to its
-    column at 80 columns, and padded every piped line to the longest one (505 characters; issue 38.15). A long line
+    column at 80 columns, and padded every piped line to the longest one (505 characters). A long line
     now wraps where the terminal wraps it and is whole in a pipe or a log."""
     if not summary:
         return

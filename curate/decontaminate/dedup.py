@@ -117,7 +117,7 @@ def tokenize(text: str, *, asking: bool = True) -> list[str]:
     Formatting-only commands, braces, ``$``, punctuation, AoPS tags and ``\tag{}`` go; synonyms map to one name
     (``\dfrac`` -> ``\frac``, ``\leqslant`` -> ``\leq``); digit-group commas and spaces go; runs of at most 3
     letters are split into letters, so ``xy`` and ``x y`` (or ``abc`` and ``a b c``) tokenize alike. Math symbols
-    typed another way are one token (issue 38.2: a test problem copied with a Unicode minus got past): every dash
+    typed another way are one token (else a test problem copied with a Unicode minus gets past): every dash
     and the minus sign U+2212 are ``-``; ``\times``, ``\cdot``, ``*``, x and the middle dots are ``*``; NFKC makes
     full-width digits ASCII and odd spaces plain; zero-width characters go. ``asking=False`` also drops the words
     that only ask (``ASKING``: compute, what is the value of, ...): two problems that tokenize alike then ask the
@@ -163,7 +163,7 @@ def expression(text: str) -> tuple[str, ...] | None:
 
     Such a problem has at most ``EXPRESSION_WORDS`` words outside its math besides the words that only ask
     (``Work out $E$.``, ``Try this one. Compute $E$.``), and its math holds an operator and at least two numbers.
-    Two of them with one expression are one question whatever their wording and golds (issue 45.6: ``Work out $8 +
+    Two of them with one expression are one question whatever their wording and golds (``Work out $8 +
     4 - 6 + 1 - 3$.`` with gold 5 is a corrupted copy of the test item ``Compute $8 + 4 - 6 + 1 - 3$.``, gold 4).
 
     >>> expression("Work out $8 + 4 - 6 + 1 - 3$.") == expression("Compute $8 + 4 - 6 + 1 - 3$.")

@@ -11,19 +11,19 @@ named in ``benchmark_pools``. A train problem is contaminated when one of three 
   the train problem is >= ``ngram_threshold``, AND the pair is compatible (below).
 - ``embedding``: cosine >= ``embed_threshold`` to a benchmark item, AND the pair is compatible.
 
-Compatible (our rule, against template siblings, ANALYSIS.md §4): the two have the same numbers (for a benchmark
-item of ``number_slack_tokens`` or more, or one contained whole in the train problem, one side's numbers may be a
+Compatible (our rule, against template siblings, ANALYSIS.md §4): the two have the same numbers (for a benchmark item
+of ``number_slack_tokens`` or more, or one contained whole in the train problem, one side's numbers may be a
 sub-multiset of the other's), so ``divided by 9`` vs ``divided by 8`` fails; AND the gold answers agree: a shared
 ``answer_key``, or the same numbers and operators (``curate.decontaminate.dedup.answers_compatible``: ``n=1,2,3,4`` vs
 ``1,2,3,4``, tuples in another order), or math-verify says they are equal (``\frac 9{16\sqrt 2}`` vs
-``\frac{9}{32}\sqrt 2``; ``verify_answers``). An n-gram score of 1.0 (``contained_threshold``: the whole benchmark
-text is inside the train problem) needs only the numbers. ``ELLIPSE`` vs ``SUCCESS`` (answers 1260 vs 420) and
-"same diagram, another question" items fail. A leak is a leak whatever its gold (issue 38.2: a reworded copy with a
-typo'd gold, as DeepScaleR's conflicting copies have, was never flagged): a candidate that asks the same question,
-word for word once the words that only ask are dropped (``tokenize(asking=False)``: ``Compute $E$.`` and ``What is
-the value of $E$?``), or that asks to evaluate the same expression (``dedup.expression``: ``Work out $E$.``, issue
-45.6), is contaminated even when the answers differ; its quarantine detail names both golds. Pairs that pass the
-text or embedding test but fail compatibility are counted as ``siblings_ignored``, with examples, for review.
+``\frac{9}{32}\sqrt 2``; ``verify_answers``). An n-gram score of 1.0 (``contained_threshold``: the whole benchmark text
+is inside the train problem) needs only the numbers. ``ELLIPSE`` vs ``SUCCESS`` (answers 1260 vs 420) and "same
+diagram, another question" items fail. A leak is a leak whatever its gold (a reworded copy with a typo'd gold, as
+DeepScaleR's conflicting copies have, is one): a candidate that asks the same question, word for word once the words
+that only ask are dropped (``tokenize(asking=False)``: ``Compute $E$.`` and ``What is the value of $E$?``), or that
+asks to evaluate the same expression (``dedup.expression``: ``Work out $E$.``), is contaminated even when the answers
+differ; its quarantine detail names both golds. Pairs that pass the text or embedding test but fail compatibility are
+counted as ``siblings_ignored``, with examples, for review.
 
 Constants, tuned on DeepScaleR (FastCuRL L1+L3) against MATH-500 and the DeepScaleR test sets by reading every
 candidate (bench/HISTORY.md has the counts): n = 8 tokens; n-gram threshold 0.4 (true leaks scored down to 0.48,

@@ -8,7 +8,7 @@ Four families, each with an exact gold answer and several distinct reference sol
 - ``fraction``: sums and products of fractions, answer reduced (``\frac{7}{12}``);
 - ``word``: templated word problems (shops, trains, recipes) with a few sentences of context, so prompt lengths vary.
 
-The alternative solutions (issue 13: CoScale-RL's K solutions per problem, offline) are built from the same drawn
+The alternative solutions (CoScale-RL's K solutions per problem, offline) are built from the same drawn
 numbers without drawing more, so problems, answers and ids are the same as before they existed:
 
 - ``arith``: step by step (``Multiply by 8: ...``); a running total in words; rewriting the expression one operation

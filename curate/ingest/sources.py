@@ -113,7 +113,7 @@ def _read_generator(spec: SourceSpec, name: str) -> RawSource:
             level=p["level"],
             difficulty=float(p["level"]),
             subject=p["family"],
-            # every reference solution (issue 13), and an arithmetic chain's length (``ops``: evaluation by level)
+            # every reference solution, and an arithmetic chain's length (``ops``: evaluation by level)
             # ``waste``: what a row of a realistic pool is (curate.ingest.waste), ground truth no stage reads
             meta={"family": p["family"], "solutions": p["solutions"], **{k: p[k] for k in ("ops", "waste") if k in p}},
         )

@@ -2,7 +2,7 @@ r"""What real pools hold, for the built-in generator: wrong gold answers, copies
 
 The generator (``curate.ingest.generate``) draws clean problems: every gold answer right, no two alike, nothing
 copied from an evaluation set. Real pools are not like that, and curation can only show its worth on a pool with
-something to remove (issue 28). This module adds, deterministically by seed and index, what a measured pool holds.
+something to remove. This module adds, deterministically by seed and index, what a measured pool holds.
 Each knob is a generator option (``gen://arith?...&wrong_gold=0.05``, or the source's ``gen:`` mapping in a recipe);
 the built-in recipe (``datasets/tiny/recipe.yaml``) puts the source of each rate beside it.
 

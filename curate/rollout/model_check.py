@@ -1,4 +1,4 @@
-"""Is a model folder whole? The one check every reader of a model runs before it loads one (issue 45.1).
+"""Is a model folder whole? The one check every reader of a model runs before it loads one.
 
 A folder this project wrote (a checkpoint, a sealed ``final/`` or ``sft/best``) carries ``files.json``: the size and
 sha256 of its files, written after them (``training.run_folder.record_files``). ``check_files`` compares the folder
@@ -72,11 +72,11 @@ def check_model(model: str | Path) -> str:
     held-out evaluation, ``curate rollout --model``, ``training eval``): a local model folder, or a hub id. A folder
     must have a ``config.json`` that parses, match its ``files.json`` when it has one (a folder this project sealed
     or a checkpoint it recorded: sizes and sha256) and hold finite weights (``check_weights``: one read of the
-    weights, since a record rewritten to match NaN bytes matches as well as a whole one; issue 45.1). Without a
+    weights, since a record rewritten to match NaN bytes matches as well as a whole one). Without a
     record (a folder downloaded or copied from elsewhere) it must also hold a weights file (``weight_files``) of
     the shapes its ``config.json`` describes (``check_shapes``: their headers). A path that names no folder, and a
     damaged folder, are an ``InputError`` line here, in the project's words, instead of transformers' traceback
-    minutes later (issue 38.5: after curation) or a sampling error on NaN logits (issue 45.1)."""
+    minutes later (after curation) or a sampling error on NaN logits."""
     text = str(model)
     path = Path(text).expanduser()
     if path.exists():

@@ -502,7 +502,7 @@ def rollout(
     t0 = time.perf_counter()
     shards, problems = _plan(ws, pool, cfg)
     local = ws.model_path(cfg.model)
-    if shards and cfg.backend != "openai" and Path(local).exists():  # a damaged model writes no row (issue 45.1)
+    if shards and cfg.backend != "openai" and Path(local).exists():  # a damaged model writes no row
         model_check.check_model(local)
     total = sum(s.samples for s in shards)
     generated = tokens = 0

@@ -6,7 +6,7 @@ whole ledger. One row per (problem_id, model):
 - ``n_samples``, ``n_correct``, empirical ``pass_rate``;
 - the pass-rate posterior Beta(alpha, beta) = Beta(a0 + correct, b0 + wrong) under a Beta(a0, b0) prior (default
   Beta(1, 1), uniform), its mean and 5% / 95% quantiles (``scipy.stats.beta.ppf``, vectorized). The posterior is
-  the rollout issue's estimator, not a paper's: the four methods (METHODS.md) use the empirical pass rate, which is
+  this project's estimator, not a paper's: the four methods (METHODS.md) use the empirical pass rate, which is
   kept beside it;
 - mean completion tokens of correct and of incorrect samples (rows without a token count are left out), the
   truncation rate (``finish_reason == "length"``), the last training step seen, and when the row last changed.

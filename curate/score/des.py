@@ -185,7 +185,7 @@ def constant_terms(frame: pl.DataFrame, tol: float = 1e-9) -> list[str]:
 
 
 def reduced_note(frame: pl.DataFrame) -> str | None:
-    """What DES is reduced to over ``frame`` when some of its terms are constant (issue 11: without rollouts or
+    """What DES is reduced to over ``frame`` when some of its terms are constant (e.g. without rollouts or
     difficulty labels, difficulty and reward are the same for every problem and DES ranks by length); None when
     every term varies. Says when the CoT length it ranks by is the prompt length (``cot_source`` ``prompt``)."""
     constant = constant_terms(frame)

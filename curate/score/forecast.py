@@ -1,4 +1,4 @@
-r"""The waste RL will meet, forecast before training: the share of zero-variance groups (issue 28).
+r"""The waste RL will meet, forecast before training: the share of zero-variance groups.
 
 A group of ``n`` rollouts of one prompt whose rewards are all equal (all right or all wrong) has zero advantage: it
 costs its rollouts and teaches nothing (DAPO's dynamic sampling, GRESO and ScaleRL's zero-variance filtering exist

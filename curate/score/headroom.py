@@ -1,4 +1,4 @@
-r"""What RL can still sharpen, known before any RL step: the headroom report of a model on a pool (issue 36).
+r"""What RL can still sharpen, known before any RL step: the headroom report of a model on a pool.
 
 RL turns pass@k into pass@1 where a model already has a skill (arXiv 2504.13837), helps where the base accuracy is
 neither 0 nor 1 (ReLIFT, arXiv 2506.07527), and adds capability only at the edge of competence (arXiv
@@ -18,20 +18,19 @@ Suspected wrong golds (quarantined by ``curate select`` with the reason, ``SUSPE
 a slip the model itself makes rewards the slip, and ``measure``'s zero-variance filter only removes the ones the
 model never matches. Two tests, each cheap:
 
-- ``gold_consensus``: ``p = 0``, at least three quarters of the samples agree on one other answer, **and** the
-  model is reliable on problems of that kind: its mean pass rate over the other prompts of the same band (the
-  report's ``--by``, e.g. ``meta.ops``; the whole pool without one) is at least ``RELIABLE`` (0.75). A model that
-  keeps failing a problem with a right gold scatters its answers or slips the same way less often, but a model with
-  no skill on a kind fails it the same way every time (issue 45: the one-operation chains, shorter than any trace,
-  were 46 of 48 flagged with all their golds right); agreement says the gold is wrong only where the model is
-  otherwise right;
+- ``gold_consensus``: ``p = 0``, at least three quarters of the samples agree on one other answer, **and** the model is
+  reliable on problems of that kind: its mean pass rate over the other prompts of the same band (the report's ``--by``,
+  e.g. ``meta.ops``; the whole pool without one) is at least ``RELIABLE`` (0.75). A model that keeps failing a problem
+  with a right gold scatters its answers or slips the same way less often, but a model with no skill on a kind fails it
+  the same way every time (on the built-in pool the one-operation chains, shorter than any trace, were 46 of 48 flagged
+  with all their golds right); agreement says the gold is wrong only where the model is otherwise right;
 - ``gold_vs_reference``: the pool's reference solution (its ``solution`` column, a second source of the answer)
   concludes another answer, by the same checker; for a gold that matches a common slip of the model, the model's
   samples cannot tell, the reference can (and it is the second source that confirms a consensus where the model is
   not reliable). Rows without a reference solution are not tested.
 
 The zero-variance forecast for a selection must come from rollouts that did not choose it (the selection keeps
-prompts its own rollouts saw mixed, a selection bias: issue 36 measured the old forecast 2.2-2.7x low).
+prompts its own rollouts saw mixed, a selection bias: a forecast from them measured 2.2-2.7x low).
 ``fresh_forecast`` uses the samples drawn after the selection (sample_idx >= the measured ``n``; ``curate rollout
 --selection NAME --n 2n`` draws them), ``curate.score.forecast`` on them.
 

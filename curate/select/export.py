@@ -131,7 +131,7 @@ def standard_type(t: Any) -> Any:
     """``t`` with Arrow's large and view types replaced by the standard ones, recursively (large_string -> string,
     large_list -> list, string_view -> string, ...), and narrow numbers widened (int8-32 and uint8-32 -> int64,
     float16/32 -> float64): what ``datasets`` builds from plain Python values, so an ordinary ``Dataset.from_list``
-    concatenates with the export (issue 23.16: ``rank``, ``cluster``, ``prompt_chars``, ``level`` were int32)."""
+    concatenates with the export (else ``rank``, ``cluster``, ``prompt_chars``, ``level`` are int32)."""
     import pyarrow as pa
 
     if pa.types.is_integer(t) and t.bit_width < 64:

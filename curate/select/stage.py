@@ -83,7 +83,7 @@ class SelectConfig:
     the reason is the drop reason): a reward on a wrong gold that matches a slip of the model teaches the slip.
     prefer_measured: when sampling on a score (``des``, ``pass_rate``, ...) and some eligible problems have rollouts
     of their own (``n_samples > 0``), draw from those first; the others, whose pass rate is predicted, only fill
-    what they cannot, and a warning says how many (issue 38.12: a measure of 96 prompts gave a selection of 48
+    what they cannot, and a warning says how many (without it, a measure of 96 prompts gave a selection of 48
     prompts that had never been measured).
     max_prompt_chars: longer problems are dropped as too_long (None = no bound). sources: select only problems
     first read from these ingest sources (their ``name``; None = every source), e.g. the SFT set from one

@@ -1,6 +1,6 @@
 r"""When two solutions of a problem count once, and when a solution is an answer without reasoning (pure functions).
 
-"Distinct" means more than "not byte-identical" (issue 13): K solutions should be K ways to the answer.
+"Distinct" means more than "not byte-identical": K solutions should be K ways to the answer.
 
 - ``normalize``: the text two solutions must share to be *duplicates*: NFKC, lowercase, GSM8K calculator
   annotations (``<<48/2=24>>``) and LaTeX spacing/sizing (``$``, ``\left``, ``\right``, ``\,``) removed,
@@ -9,7 +9,7 @@ r"""When two solutions of a problem count once, and when a solution is an answer
 - ``jaccard`` of two solutions' shingle sets is their *similarity*; at or above the threshold a later solution is a
   *near-duplicate* of an earlier kept one.
 
-The threshold, 0.4, was chosen by measuring (issue 13):
+The threshold, 0.4, was chosen by measuring:
 
 - the generator's reference solutions (four methods per problem): every same-problem pair is below 0.334 over
   23,000 problems, so all four count;

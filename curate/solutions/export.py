@@ -1,4 +1,4 @@
-"""The SFT export of the solutions stage: ``<home>/solutions/<name>/`` for TRL's SFTTrainer (issue 13).
+"""The SFT export of the solutions stage: ``<home>/solutions/<name>/`` for TRL's SFTTrainer.
 
 - ``sft.parquet``: one row per solution, the first K (by ``rank``) of every problem in scope. ``prompt`` and
   ``completion`` are built by ``curate.prompts.sft_row``, so the user turn is exactly the RL prompt

@@ -1,4 +1,4 @@
-r"""The solutions stage (DESIGN.md stage 7, issue 13): K distinct verified solutions per problem, CoScale-RL pools.
+r"""The solutions stage (DESIGN.md stage 7): K distinct verified solutions per problem, CoScale-RL pools.
 
 Pipeline position: ingest -> ... -> rollout -> score -> select -> **solutions** (-> SFT in ``training/``). Reads the
 pool's problems (and a selection's ids with ``selection``), the rollout ledger, and the student's pass rates; writes

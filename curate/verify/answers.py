@@ -198,7 +198,7 @@ def answer_key(answer: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------------- answer kinds
-# What the checker can and cannot judge, as pure string tests (issue 11): a value followed by a unit, "no solution"
+# What the checker can and cannot judge, as pure string tests: a value followed by a unit, "no solution"
 # and its synonyms, and gold answers it cannot verify at all (prose, several values joined in a sentence), which
 # ingest flags ``unverifiable_answer`` and selection leaves out of RL sets by default.
 _TEXT_CMD = re.compile(r"\\(?:text|textrm|textbf|textit|mbox|mathrm|operatorname)\s*\{([^{}]*)\}")

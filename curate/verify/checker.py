@@ -24,9 +24,9 @@ extracted); ``unparseable`` (unreadable completion or answer, or a gold answer m
 worker died on this item). **Truncation rule:** ``truncated`` means ``finish_reason == "length"`` *and* no final answer
 was extracted; a truncated completion that did state an answer is graded like any other.
 
-Time bounds count CPU time, not the wall clock, so a verdict does not depend on how busy the machine is (issue 38.17:
-on a loaded box the same right answer came back ``timeout``). math-verify runs with its own ``SIGALRM`` timeouts off
-and inside ``cpu_limit`` (a ``SIGPROF`` timer on the process's CPU time); signals work only in a main thread, so
+Time bounds count CPU time, not the wall clock, so a verdict does not depend on how busy the machine is (on the wall
+clock, a loaded box turned the same right answer into ``timeout``). math-verify runs with its own ``SIGALRM`` timeouts
+off and inside ``cpu_limit`` (a ``SIGPROF`` timer on the process's CPU time); signals work only in a main thread, so
 ``check_batch`` runs math-verify in worker processes (``spawn``), and the parent also kills a worker that overruns
 ``item_timeout_s`` (a C-level hang no signal can stop), not counting the time the worker waited for a CPU
 (``curate.verify.pool``): that item is marked, the worker replaced, the rest of the batch continues. The pool is
