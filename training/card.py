@@ -16,7 +16,7 @@ hub model, tags, ``model-index`` with the held-out pass@1), then model descripti
 training procedure (recipe, hyperparameters, results), evaluation, usage (a ``transformers`` snippet) and code
 version. Paths in the card and in ``lineage.json`` are relative to the workspace (``runs/...``, ``pools/...``;
 ``short_path``), a model in the Hugging Face cache is named by its hub id, content hashes are kept whole: a folder
-copied to another machine or workspace names nothing of the machine it was made on (issue 38.13). ``read_lineage``
+copied to another machine or workspace names nothing of the machine it was made on. ``read_lineage``
 gives the paths back as absolute ones, under the workspace the folder is in now.
 
     write_model_card(out / "final", kind="sft", base_model="Qwen/Qwen2.5-0.5B-Instruct",

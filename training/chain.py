@@ -99,7 +99,7 @@ class Chain:
 def _to_run_folder(obj: Any, run_dir: Path, roots: list[Path]) -> Any:
     """``chain.json`` as written: every absolute path that exists in the run folder or the workspace (``roots``)
     relative to the run folder, as ``./sft/best`` or ``../../curricula/tiny-rl``, so a copied workspace names its
-    own folders (issue 45.7); ``_from_run_folder`` reads them back. Other strings (names, ledger models, hub ids,
+    own folders; ``_from_run_folder`` reads them back. Other strings (names, ledger models, hub ids,
     files of the checkout) are kept as they are."""
     if isinstance(obj, dict):
         return {k: _to_run_folder(v, run_dir, roots) for k, v in obj.items()}
@@ -385,10 +385,10 @@ def check_sft_data(path: Path, what: str = "SFT data") -> Path:
     """``path`` if the SFT trainer (``training.sft``) can train on it: a Parquet file with ``prompt`` and
     ``completion`` columns (conversational rows, as ``curate solutions`` writes them) and at least one row. Reads
     the file's footer only, so a run finds bad data when it pins it (before the starting model is built), not
-    minutes later inside the SFT step (issue 38.6). One ``InputError`` line otherwise."""
+    minutes later inside the SFT step. One ``InputError`` line otherwise."""
     import polars as pl
 
-    if path.is_dir():  # issue 45.8: a folder was "not found"
+    if path.is_dir():  # a folder is not "not found": say what to give
         raise InputError(f"{what} {path} is a folder: give its Parquet file of prompt/completion rows (`curate "
                          "solutions` writes solutions/<set>/sft.parquet)")  # fmt: skip
     if not path.is_file():

@@ -1,4 +1,4 @@
-"""The SFT model at its validation optimum, not at its last step (issue 36.2).
+"""The SFT model at its validation optimum, not at its last step.
 
 Where SFT stops decides what RL and every baseline start from. The last step is not the best one: a model may have
 memorized its traces by then, or (with scarce traces) still sit on a false plateau. With ``sft.validation``
@@ -12,7 +12,7 @@ With ``sft.validation.patience`` SFT took the points itself as it trained and st
 training stopped (``validation.json``'s ``stopped``, the card's "SFT stopped at step ..." line).
 
 A chosen model far below the validation pass@1 the recipe records (``reference`` - ``band``) gets one warning line:
-the SFT step landed outside the band its recipe was chosen in (issue 36: the same seed on another CPU memorized its
+the SFT step landed outside the band its recipe was chosen in (e.g. the same seed on another CPU memorized its
 traces, 0.238 where the README printed 0.631), so what follows will not match the recipe's figures.
 """
 
@@ -36,7 +36,7 @@ VALIDATION = "validation.json"  # sft/validation.json: every evaluated point and
 def read_validation(out_dir: str | Path) -> dict[str, Any] | None:
     """``sft/validation.json`` (``choose_sft`` writes it once the choice is made), or None. Each point's model is
     kept relative to the SFT folder (``checkpoints/checkpoint-500``, ``final``: a copied workspace names its own
-    folders, issue 45.7) and read back as a path there; a record written with absolute paths reads as it is."""
+    folders) and read back as a path there; a record written with absolute paths reads as it is."""
     path = Path(out_dir) / VALIDATION
     if not path.is_file():
         return None
@@ -126,8 +126,8 @@ def _training_points(run: Run, out_dir: Path) -> tuple[list[dict[str, Any]], dic
 
 def _whole(run: Run, model: Path) -> bool:
     """Whether a candidate of the choice is whole (``run_folder.damage``: its ``files.json``, finite weights). A
-    damaged checkpoint is set aside (``bad-checkpoint-N``) with one line and never evaluated or chosen (issue
-    45.1: NaN weights were an 89-line sampling traceback, zeroed bytes a quietly worse model)."""
+    damaged checkpoint is set aside (``bad-checkpoint-N``) with one line and never evaluated or chosen
+    (unchecked, NaN weights were an 89-line sampling traceback, zeroed bytes a quietly worse model)."""
     problem = run_folder.damage(model) if (model / "config.json").is_file() else "it is missing"
     if problem is None:
         return True

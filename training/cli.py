@@ -26,7 +26,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     # click's plain help: Rich's read "[default: 4]" and ".[gpu]" as markup, kept docstrings' hard line breaks and
-    # squeezed the option table at 80 columns (issue 38.15)
+    # squeezed the option table at 80 columns
     rich_markup_mode=None,
 )
 
@@ -496,7 +496,7 @@ def _show_run(run_dir: Path, payload: dict) -> list[str]:
 def _in_copy(value: object, root: Path | None) -> tuple[object, str | None]:
     """A path a copied run recorded in its original workspace (``/old/ws/runs/demo/recipe.yaml``) as this
     workspace's copy of it (``<root>/runs/demo/recipe.yaml``) and the original workspace; a path already in
-    ``root`` or anything else unchanged, with None (issue 45.8: a copied run listed the original's absolute paths
+    ``root`` or anything else unchanged, with None (otherwise a copied run lists the original's absolute paths
     as relative ones)."""
     if root is None or not isinstance(value, str) or not value.startswith("/") or Path(value).is_relative_to(root):
         return value, None

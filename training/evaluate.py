@@ -253,7 +253,7 @@ def evaluate(
         df = df.sort(S.PROBLEM_ID).head(cfg.limit)
     if df.is_empty():
         raise ValueError("no problems to evaluate")
-    if generate is None and cfg.backend != "openai" and Path(model_dir).exists():  # issue 45.1: never NaN logits
+    if generate is None and cfg.backend != "openai" and Path(model_dir).exists():  # never sample NaN logits
         check_model(model_dir)  # a damaged folder is one line, before any sample
     t0 = time.perf_counter()
     ids = df[S.PROBLEM_ID].to_list()

@@ -326,7 +326,7 @@ class CurateGRPOTrainer(GRPOTrainer):
 
     def create_model_card(self, *args: Any, **kwargs: Any) -> None:
         """No card from TRL: its stub (``a fine-tuned version of [None](https://huggingface.co/None)``) went into
-        ``checkpoints/README.md`` at every save (issue 38.14). The model card is the project's own, in ``final/``
+        ``checkpoints/README.md`` at every save. The model card is the project's own, in ``final/``
         (``training.card``)."""
 
     def _save_checkpoint(self, model, trial):

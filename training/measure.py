@@ -1,6 +1,6 @@
 """``measure``: before RL, what the SFT model can do on the RL candidates, and what RL will meet there.
 
-Two steps that tell the chain what it needs before any RL step (issue 36), each recorded in a note of
+Two steps that tell the chain what it needs before any RL step, each recorded in a note of
 ``chain.json`` (``measure``, ``forecast``) and skipped once recorded:
 
 1. ``measure``: ``curate rollout`` of the current model over the RL candidates, then the **headroom report** of those

@@ -1,6 +1,6 @@
 """SFT trained to its plateau: the early-stop rule on the validation curve, and the callback that applies it.
 
-A fixed SFT step count ended the default recipe's SFT while validation still rose (issue 42: seed 0 0.010, 0.083,
+A fixed SFT step count ended the default recipe's SFT while validation still rose (seed 0 0.010, 0.083,
 0.337, 0.550, 0.627, 0.693 at steps 500-3,000; continued SFT flattened at 0.743 some 1,500-2,000 steps later).
 With ``sft.validation.patience`` (``training.recipe.SFTValidation``) the SFT step instead evaluates each checkpoint
 on the validation split as it is saved (every ``sft.validation.every`` steps), and stops once the best point has

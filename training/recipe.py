@@ -86,13 +86,13 @@ class PlanScale:
 @dataclass(frozen=True)
 class SFTValidation:
     """``sft.validation``: the SFT model is the checkpoint that scores best on the validation split, not the last one
-    (issue 36.2; ``training.choose``). Every ``every`` optimizer steps a checkpoint is kept (all of them) and
+    (``training.choose``). Every ``every`` optimizer steps a checkpoint is kept (all of them) and
     evaluated on ``split`` (``limit`` problems x ``k`` samples at the ``eval`` section's temperature and token
     budget); the highest pass@1 wins, the later one on a tie. ``reference``: the validation pass@1 the recipe's
     settings reached when they were chosen, and ``band`` how far below it a seed may land (their spread over seeds):
     a chosen model under ``reference - band`` gets one warning line, since its results will not match the recipe's.
 
-    patience / min_delta: the early stop (issue 42.1; ``training.plateau``). With ``patience`` set, each checkpoint
+    patience / min_delta: the early stop (``training.plateau``). With ``patience`` set, each checkpoint
     is evaluated as it is saved, and SFT stops once ``patience`` evaluations in a row brought no gain over the best
     point by more than ``min_delta`` times the gain's paired SE; ``sft.max_steps`` is then a cap. None: SFT trains
     its ``max_steps`` and every checkpoint is evaluated afterwards (a fixed budget: bench_curation's continued SFT at
@@ -126,7 +126,7 @@ class SFTValidation:
         if self.split == "test":
             raise ConfigError("sft.validation.split: choosing the SFT model on the test split would report on the "
                               "problems the choice was made on; use validation")  # fmt: skip
-        if self.split == "train":  # issue 45.2: accepted, it chose on the problems SFT trained on
+        if self.split == "train":  # it would choose on the problems SFT trained on
             raise ConfigError("sft.validation.split: choosing the SFT model on the train split rewards memorizing "
                               "its traces; use validation (problems SFT never trained on)")  # fmt: skip
         if self.reference is not None and not 0 <= self.reference <= 1:
@@ -270,7 +270,7 @@ class RFTSection:
     checker verified (a completion cut at the token cap is not a whole solution; identical completions of a prompt
     count once; at most ``per_prompt`` per prompt, so the easy prompts do not fill the set), fine-tune the current
     model on them (``sft``: over the recipe's ``sft`` batch, length, weight decay and threads, ``RFT_FROM_SFT``, a
-    stable schedule of its own: lr 1e-4, cosine, 1 epoch, where continued SFT from the plateau gained, issue 42; not
+    stable schedule of its own: lr 1e-4, cosine, 1 epoch, where continued SFT from the plateau gained; not
     tuned yet) and evaluate it on ``split`` (``limit`` problems x ``k``, at the ``eval`` section's temperature and
     token budget); the next round samples from that model. ``cpu_budget``: start no round once the rounds so far
     took this many CPU-seconds (``training.runner.add_timing``; RL's CPU for an equal-CPU baseline; a round started
@@ -371,7 +371,7 @@ class RunRecipe:
             raise ConfigError("recipe: `measure` needs `curriculum` (the one it builds) and `curate_recipe`")
         if bool(self.curate_recipe) != (self.curate is not None):
             raise ConfigError("recipe: `curate_recipe` is loaded by training.recipe.load_recipe (give the file)")
-        if self.decide is not None and self.eval.split == "test":  # issue 38.3: never choose on the test split
+        if self.decide is not None and self.eval.split == "test":  # never choose on the test split
             raise ConfigError(
                 "recipe: `decide` chooses on the eval curve, and eval.split is test: set eval.split: validation "
                 "(report on test with `training eval --split test`)"
@@ -430,8 +430,8 @@ def _check_curate_sections(recipe: RunRecipe) -> None:
 
 def _check_validation_split(recipe: RunRecipe) -> None:
     """``sft.validation.split`` against the splits the curate recipe's ingest sources give the pool, when every
-    source names its split: a split the pool will not have fails at load, not after the whole SFT (issue 45.2; a
-    pool built elsewhere is checked before the first step, ``training.runner``)."""
+    source names its split: a split the pool will not have fails at load, not after the whole SFT (a pool
+    built elsewhere is checked before the first step, ``training.runner``)."""
     sec = recipe.sft.validation if recipe.sft is not None else None
     cur = recipe.curate
     if sec is None or cur is None or cur.pool != recipe.pool or "ingest" not in cur.stages:
@@ -542,8 +542,8 @@ def _spread_engine(data: dict[str, Any]) -> None:
 
 
 def _misplaced_keys(data: Mapping[str, Any]) -> None:
-    """A top-level key that is a setting of one of the recipe's sections fails naming where it goes (issue 38.8: a
-    top-level ``report_to`` got only the list of top-level keys): ``rl.report_to, sft.report_to``."""
+    """A top-level key that is a setting of one of the recipe's sections fails naming where it goes (a top-level
+    ``report_to``: ``rl.report_to, sft.report_to``), not with only the list of top-level keys."""
     import typing
 
     hints = typing.get_type_hints(RunRecipe)

@@ -1,6 +1,6 @@
 """Iterated rejection-sampling fine-tuning (recipe key ``rft``): the baseline that uses exactly RL's information.
 
-RFT is SFT on the model's own samples of RL's prompts that the answer checker verified (issue 42): the prompts and
+RFT is SFT on the model's own samples of RL's prompts that the answer checker verified: the prompts and
 the checker RL trains with, no reward model, no gradient through the samples. Run once it is a one-step baseline;
 iterated, each round samples from the model the last round made, so it can climb as RL does. In place of the RL
 stages, for each round ``r`` of ``rft.rounds`` (``rft_round``, chain step ``rft:r<r>``):

@@ -166,7 +166,7 @@ class RLConfig:
     def check_mapping(cls, data: Mapping[str, Any]) -> None:
         """The keys as written (``curate.config.from_mapping`` calls it on every path: a recipe's ``rl``,
         ``stages.<name>``, ``training rl``): ``policy`` and ``seed`` are set on ``rl``, not on ``rl.sampler``,
-        which takes the stage's (issue 38.8: a recipe's ``rl.sampler.seed`` was overwritten without a word)."""
+        which takes the stage's (a recipe's ``rl.sampler.seed`` would be overwritten without a word)."""
         sub = data.get("sampler") or {}
         for key in ("policy", "seed"):
             if isinstance(sub, Mapping) and key in sub and sub[key] != data.get(key, getattr(cls, key)):
@@ -197,7 +197,7 @@ def _check_counts(cfg: RLConfig) -> None:
     if cfg.micro_batch_size is not None and cfg.micro_batch_size < 1:
         raise ConfigError("rl.micro_batch_size must be >= 1 or null")
     check_engine(cfg.engine, "rl.engine")
-    if cfg.micro_batch_size is not None and cfg.generation_batch_size % cfg.micro_batch_size:  # issue 45.2: at load
+    if cfg.micro_batch_size is not None and cfg.generation_batch_size % cfg.micro_batch_size:  # caught at load
         raise ConfigError(
             f"rl.micro_batch_size ({cfg.micro_batch_size}) must divide the completions per step, rl.prompts_per_step "
             f"x rl.num_generations = {cfg.generation_batch_size}"

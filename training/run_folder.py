@@ -30,7 +30,7 @@ from curate.manifest import file_hash
 from curate.rollout import model_check
 
 
-# the one model check, shared with ``curate rollout`` (issue 45.1); the steps call it as ``run_folder.check_model``
+# the one model check, shared with ``curate rollout``; the steps call it as ``run_folder.check_model``
 FILES = model_check.FILES
 check_files, check_weights, check_model = model_check.check_files, model_check.check_weights, model_check.check_model
 check_shapes, weight_files, damage = model_check.check_shapes, model_check.weight_files, model_check.damage
@@ -43,7 +43,7 @@ SAMPLER_STATE = "sampler_state.json"  # an RL checkpoint's curriculum position (
 TRAINER_STATE = "trainer_state.json"
 # transformers' Trainer pickles its TrainingArguments here (output_dir, logging_dir: this machine's paths) and never
 # reads it back (a resume reads trainer_state.json, the optimizer, scheduler and RNG states): dropped from every
-# checkpoint and final model before its record (``drop_machine_files``; issue 45.7)
+# checkpoint and final model before its record (``drop_machine_files``)
 MACHINE_FILES = ("training_args.bin",)
 WEIGHTS = ("*.safetensors", "*.bin", "config.json")  # what ``final/``'s record covers (the card may rewrite the rest)
 
@@ -80,7 +80,7 @@ def finished(out_dir: Path, result_file: str) -> dict[str, Any] | None:
     result, final = out_dir / result_file, out_dir / FINAL
     if not (result.is_file() and (final / "config.json").is_file()):
         return None
-    problem = damage(final)  # its weights too: a record rewritten to match NaN bytes matches (issue 45.1)
+    problem = damage(final)  # its weights too: a record rewritten to match NaN bytes matches
     if problem is not None:
         _warn(f"{final} is damaged ({problem}); training it again from the last whole checkpoint")
         result.unlink()
@@ -93,7 +93,7 @@ def last_checkpoint(folder: Path, required: Sequence[str] = ()) -> Path | None:
     else), every file of ``required``, every file matching its record (size and sha256) and finite weights. A kill
     during a save leaves no record (skipped, the previous one is used); a checkpoint whose files no longer match
     (truncated, or bytes changed in place) or whose weights are not finite is set aside as ``bad-checkpoint-N`` with
-    a warning that says what comes next: the previous checkpoint, or, when there is none, step 0 (issue 38.8)."""
+    a warning that says what comes next: the previous checkpoint, or, when there is none, step 0."""
     saved = [
         ckpt
         for ckpt in checkpoints(folder)

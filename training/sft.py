@@ -282,7 +282,7 @@ def build_trainer(cfg: SFTRunConfig, tokenizer: Any, rows: pl.DataFrame, output_
 
 def no_stub_card(*args: Any, **kwargs: Any) -> None:
     """What the trainer calls to write TRL's stub model card (``a fine-tuned version of
-    [None](https://huggingface.co/None)``) into ``checkpoints/README.md`` at every save (issue 38.14): nothing."""
+    [None](https://huggingface.co/None)``) into ``checkpoints/README.md`` at every save: nothing."""
 
 
 def progress_line(step: int, max_steps: int, logs: Mapping[str, Any]) -> str | None:
@@ -411,7 +411,7 @@ def train_sft(
         "train_loss_first": losses[0] if losses else None,
         "train_loss_last": losses[-1] if losses else None,
         "train_loss_mean": mean_loss,  # over the steps this call trained (None: none were left), which are:
-        "train_loss_mean_steps": None if mean_loss is None else [first, trainer.state.global_step],  # issue 38.8
+        "train_loss_mean_steps": None if mean_loss is None else [first, trainer.state.global_step],
         "rows": df.height,
         "rows_trained": kept.height,
         "dropped": {reason: n for reason, n in drops},

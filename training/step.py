@@ -176,12 +176,12 @@ class _StepProgress:
 
 
 class StepEcho:
-    """A step's output on the parent's stderr, line by line, without its tracebacks (issue 38.7: a full disk during
-    a step echoed its two tracebacks, 38-44 lines, above the one line that says what happened). ``run_step`` writes
-    every byte to ``step.log`` first, so a traceback stays there; ``error`` keeps its last line (the exception, as
-    ``OSError: [Errno 28] No space left on device``) for that one line. A traceback runs from ``Traceback (most
-    recent call last):`` through its indented frames, the exception line and any indented continuation; chained
-    ones (``During handling of the above exception ...``) belong to it. Progress bars' ``\\r`` ends a line too."""
+    """A step's output on the parent's stderr, line by line, without its tracebacks (a full disk during a step would
+    echo its two tracebacks, 38-44 lines, above the one line that says what happened). ``run_step`` writes every byte
+    to ``step.log`` first, so a traceback stays there; ``error`` keeps its last line (the exception, as ``OSError:
+    [Errno 28] No space left on device``) for that one line. A traceback runs from ``Traceback (most recent call
+    last):`` through its indented frames, the exception line and any indented continuation; chained ones (``During
+    handling of the above exception ...``) belong to it. Progress bars' ``\\r`` ends a line too."""
 
     _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
@@ -227,7 +227,7 @@ class StepEcho:
 
 
 class DiskFull(CurateError):
-    """A training step found the disk full: one line, exit 2 (the machine's state, not a bug; issue 45.3)."""
+    """A training step found the disk full: one line, exit 2 (the machine's state, not a bug)."""
 
     exit_code = 2
 
@@ -321,7 +321,7 @@ def child_main(spec_path: Path, main: Callable[[Path], None] = step_main) -> Non
     """A step's process: ``main(spec_path)``; a full disk (``curate.console.disk_full``: ``OSError`` ENOSPC, torch's
     "unexpected pos", ...) is not a bug: its traceback goes to ``step.log`` only (when the disk still takes it)
     and the parent gets one ``FULL_MARK`` line and exit code 2, so the terminal shows one line and nothing above
-    it (issue 45.3: torch's words were the line, exit 1; RL printed ``OSError`` and ``During handling`` lines)."""
+    it (not torch's words with exit 1, nor ``OSError`` and ``During handling`` lines)."""
     import traceback
 
     from curate.console import disk_full

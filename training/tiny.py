@@ -15,7 +15,7 @@ Sizes (parameters with the ~590-token vocabulary the default corpus yields; embe
 - ``tiny``: 2 layers, hidden 64 (about 0.16M): for tests, learns little;
 - ``medium``: 6 layers, hidden 192 (about 3.4M): the built-in chain on a GPU (bench/HISTORY.md), ~5x ``small``'s
   cost per token;
-- ``small``: 4 layers, hidden 96 (0.61M): the built-in chain's model. Chosen by measurement (issue 13): at equal
+- ``small``: 4 layers, hidden 96 (0.61M): the built-in chain's model. Chosen by measurement: at equal
   compute it learned level-1 arithmetic better than a 128-wide model (1.06M) or a 2-layer one. ``SMALL_SFT`` below
   (2,000 reference solutions of ``gen://arith?max_level=1``, 4 epochs = 1,000 steps of 8) took held-out pass rate
   from 0 to 0.35-0.74 greedy (0.19-0.48 mean@4 at temperature 1) over seeds and devices, in about 125 CPU-seconds
