@@ -11,7 +11,7 @@ process through the real CLI (so times include the imports a user pays and peak 
   score          DES, pass-rate prior, k-means clusters over the (now cached) embeddings
   select         --size 1500, plots and every export format
 
-Target (issue 12): under 10 minutes in all on 2 cores.
+Target: under 10 minutes in all on 2 cores.
 
     nice -n 10 .venv/bin/python bench/bench_cold.py [--n 220000] [--home DIR] [--encoder static-minilm|default]
 """

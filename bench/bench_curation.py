@@ -1,4 +1,4 @@
-"""What curation and RL buy on the built-in pool, honestly (issue 28): the raw pool against the curated pipeline, and
+"""What curation and RL buy on the built-in pool, honestly: the raw pool against the curated pipeline, and
 RL against the cheap baselines that use the same checker. Five seeds by default; every arm a ``training run``.
 
 The pool (``datasets/tiny/recipe.yaml``) holds what real pools hold: wrong gold answers, exact and near copies, leaks

@@ -1,4 +1,4 @@
-r"""Other ways to make MiniLM cheaper on a CPU (issue 12): ONNX Runtime, int8, a shorter maximum sequence length.
+r"""Other ways to make MiniLM cheaper on a CPU: ONNX Runtime, int8, a shorter maximum sequence length.
 
 The question: can the exact encoder of today's decisions (all-MiniLM-L6-v2, what ``dtype=auto`` runs on this CPU)
 be made >= 20x cheaper while its vectors stay the same? Each option encodes the same seeded sample of DeepScaleR

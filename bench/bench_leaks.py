@@ -1,6 +1,7 @@
 r"""Recall of ``curate decontaminate`` on copies of test problems written another way, and its false hits on template
-siblings (issue 38.2: a copy typed with a Unicode minus was missed 258 times in 300; a reworded copy with a typo'd
-gold, 300 times in 300). Seconds on one core; no encoder (the text tests only, as the built-in recipe runs them).
+siblings (before the text tests knew them, a copy typed with a Unicode minus was missed 258 times in 300; a reworded
+copy with a typo'd gold, 300 times in 300). Seconds on one core; no encoder (the text tests only, as the built-in
+recipe runs them).
 
 Benchmarks: the built-in pool's test split (``datasets/tiny/recipe.yaml``: ``gen://arith`` seed 1, 300 chains of 3-8
 operations of + and -) and, for the multiplication signs, 300 chains with ``\times`` drawn the same way (seed 11,

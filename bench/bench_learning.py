@@ -1,4 +1,4 @@
-r"""Does RL after SFT improve a small from-scratch model on a built-in task? (issue 21)
+r"""Does RL after SFT improve a small from-scratch model on a built-in task?
 
 Per seed, in one process (one torch thread):
 
@@ -23,8 +23,8 @@ Everything goes under ``--out/seed<N>`` (``result_<tag>.json`` per seed); a re-r
 and cached evaluations, so another ``--tag`` adds an RL arm to the same SFT model. The ``__main__`` guard is
 required: the answer checker spawns workers that re-import this script.
 
-Issue 21's measurement ("two modes": SFT 2-4 operations with every solution also stopped early; RL and held-out on
-2-4 operations; results in bench/HISTORY.md and the issue's report):
+The "two modes" measurement (SFT 2-4 operations with every solution also stopped early; RL and held-out on
+2-4 operations; results in bench/HISTORY.md):
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_learning.py --seeds 0 1 2 --out /tmp/rl_explore/r2 \
         --sft-ops 2-4 --long-share 0 --truncated-share 1.0 --sft-rows 4000 --sft-epochs 2 --rl-ops 2-4 \

@@ -1,4 +1,4 @@
-"""Each method's share of what curation buys, on the built-in pool with waste (issues 29, 37): leave-one-out arms,
+"""Each method's share of what curation buys, on the built-in pool with waste: leave-one-out arms,
 each paired against its reference arm (``VERSUS``: the curated arm unless named), and one row per paper claim.
 
 Every arm is a ``training run`` (printed, so each reruns from the CLI), in the same workspace as

@@ -1,4 +1,4 @@
-r"""Could the static encoder pre-filter for MiniLM? A simulation on DeepScaleR's cached vectors (issue 12).
+r"""Could the static encoder pre-filter for MiniLM? A simulation on DeepScaleR's cached vectors.
 
 The hybrid: static vectors for every problem pick candidate problems (a near-duplicate pair at static cosine >=
 t_dup within an answer group, or a benchmark item at >= t_leak); only candidates (and the benchmark items) get

@@ -11,7 +11,7 @@ pays and peak RSS (``getrusage(RUSAGE_SELF).ru_maxrss`` of that process) is the 
   select       ``--size 1500``, plots and every export format included.
 Growth is reported as the 220K/40K ratio of wall times next to the ratio of rows (5.5x = linear).
 
-Targets (issue): 220K warm score + select < 2 min, cold < 10 min, RSS < 4 GB, near-linear growth.
+Targets: 220K warm score + select < 2 min, cold < 10 min, RSS < 4 GB, near-linear growth.
 
     nice -n 10 .venv/bin/python bench/bench_select.py [--pools deepscaler,gen220k] [--home DIR] [--no-embeddings]
         [--embed KEY=VALUE ...]
