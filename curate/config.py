@@ -57,6 +57,17 @@ def placement(default: Any) -> Any:
     return field(default=default, metadata={PLACEMENT: True})
 
 
+HELP, CHOICES = "help", "choices"  # field metadata: a setting's one-line help and the values it may take
+
+
+def setting(default: Any, help: str, choices: tuple[str, ...] | None = None, *, placement: bool = False) -> Any:
+    """A config field with its one-line help and its allowed values in the metadata, as TRL's ``GRPOConfig`` keeps
+    them: the one source of a config's check of its choices and of a CLI's list of its settings (``training rl``).
+    ``placement``: as ``placement`` marks a field."""
+    metadata = {HELP: help, **({CHOICES: choices} if choices else {}), **({PLACEMENT: True} if placement else {})}
+    return field(default=default, metadata=metadata)
+
+
 def placement_keys(cls: type, prefix: str = "") -> frozenset[str]:
     """The dotted keys of ``cls``'s ``placement`` fields, nested config dataclasses included (``eval.threads``)."""
     hints = typing.get_type_hints(cls)

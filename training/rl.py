@@ -47,15 +47,15 @@ import polars as pl
 
 from curate import io
 from curate import schema as S
-from curate.config import apply_overrides, from_mapping, parse_overrides, placement, read_yaml
+from curate.config import CHOICES, HELP, apply_overrides, from_mapping, parse_overrides, read_yaml, setting
 from curate.curriculum.sampler import POLICIES, SamplerConfig
 from curate.errors import ConfigError, InputError
 from curate.manifest import file_hash
-from curate.rollout.backends import check_engine
+from curate.rollout.backends import ENGINES, check_engine
 from training import run_folder
 from training.ladder import LadderConfig
 from training.rl_records import LedgerWriter, MetricsLog
-from training.sft import trackers
+from training.sft import TRACKERS, trackers
 
 
 LOSS_TYPES = ("grpo", "dapo", "cispo")
@@ -64,84 +64,67 @@ SCALE_REWARDS = ("group", "batch", "none")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 CONFIG, SUMMARY = "config.json", "summary.json"  # the run folder's identity and result files
 OPTIMIZER = "optimizer.pt"  # Adam's state after the last step (``carry_optimizer``)
-# RLConfig's settings that take one of a few values (checked when it is built).
-CHOICES = {"loss_type": LOSS_TYPES, "scale_rewards": SCALE_REWARDS, "short_batch": ("pad", "stop"),
-           "policy": POLICIES, "dtype": DTYPES, "vllm_mode": ("colocate", "server")}  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------- config
 @dataclass(frozen=True)
 class RLConfig:
-    """One RL stage (recipe key ``rl``). Strict: build it with ``load_rl_config`` / ``from_mapping``.
+    """One RL stage (recipe key ``rl``). Strict: build it with ``load_rl_config`` / ``from_mapping``. Each field's help
+    and choices are its metadata (``curate.config.setting``); ``training rl --help`` lists them. ``sampler``: the
+    curriculum (``curate.curriculum.sampler.SamplerConfig``), whose policy and seed are ``policy`` and ``seed`` here.
+    ``ladder``: ``training.ladder.LadderConfig``; ``training run`` continues a stage that plateaued with N x its
+    factor."""
 
-    loss_type: grpo | dapo | cispo. epsilon: PPO clip (grpo/dapo low side). epsilon_high: grpo/dapo upper clip
-    (None: = epsilon), for cispo the ABSOLUTE cap on the IS ratio (None: 5.0; must be > 1).
-    num_generations: completions per prompt (G). prompts_per_step: prompts per generation batch (one optimizer step
-    when num_iterations = 1). micro_batch_size: completions per device per forward/backward (None: the whole
-    batch; else gradient accumulation). num_iterations: optimizer passes per generation batch (PPO epochs).
-    beta: KL coefficient (needs a reference model copy when > 0). entropy_coef: entropy bonus (FastCuRL 1e-3).
-    max_prompt_length: longer prompts (chat template applied, tokens) are dropped from the stage, not truncated.
-    max_completion_length: the stage's context (generation) budget. policy + sampler: the curriculum
-    (``curate.curriculum.sampler.SamplerConfig``; its policy and seed come from ``policy`` and ``seed`` here).
-    short_batch: what a short curriculum batch does: ``pad`` (cycle its prompts) or ``stop`` (end the stage).
-    ScaleRL switches: zero_variance_filter, batch_adv_norm, prompt_level_loss, fp32_lm_head (TRL
-    cast_lm_head_to_fp32, trainer side), mask_truncated_completions. use_vllm / vllm_*: TRL passthrough (GPU).
-    ledger_model: model name of the ledger rows (None: the run folder's name). report_to: the trackers
-    (``training.sft.trackers``: none, all, or comma-separated tensorboard, trackio, wandb, mlflow; checked here).
-    carry_optimizer: in a chain of stages, start this stage's Adam from the previous stage's moments (its
-    ``optimizer.pt``) instead of a fresh Adam, keeping this stage's learning rate and schedule (``training run``
-    passes the previous stage; a first stage starts fresh). ladder: CoScale-RL's rollout ladder
-    (``training.ladder.LadderConfig``): a plateau of the training reward ends the run at that step, and
-    ``training run`` continues the stage with N doubled; None: N stays fixed. engine: ``auto`` samples the
-    rollouts with the project's rollout engine where it supports the policy (``curate.rollout.engine``; the
-    ``tiny`` models on the CPU), ``hf`` with TRL's own ``generate`` path; vLLM, where ``use_vllm``, either way.
-    """
-
-    loss_type: str = "cispo"
-    epsilon: float = 0.2
-    epsilon_high: float | None = None
-    num_generations: int = 8
-    prompts_per_step: int = 4
-    micro_batch_size: int | None = None
-    num_iterations: int = 1
-    max_steps: int = 100
-    learning_rate: float = 1e-6
-    lr_scheduler_type: str = "constant"
-    warmup_steps: int = 0
-    weight_decay: float = 0.0
-    adam_epsilon: float = 1e-8
-    max_grad_norm: float = 1.0
-    beta: float = 0.0
-    entropy_coef: float = 0.0
-    scale_rewards: str = "group"
-    max_prompt_length: int | None = 1024
-    max_completion_length: int = 1024
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int = 0
-    save_steps: int = 20
-    save_total_limit: int | None = 2
-    policy: str = "uniform"
-    sampler: SamplerConfig = field(default_factory=SamplerConfig)
-    short_batch: str = "pad"
-    zero_variance_filter: bool = False
-    batch_adv_norm: bool = False
-    prompt_level_loss: bool = False
-    fp32_lm_head: bool = False
-    mask_truncated_completions: bool = False
-    carry_optimizer: bool = False
-    dtype: str = "float32"
-    engine: str = "auto"
-    bf16: bool | None = None
-    gradient_checkpointing: bool = True
-    use_vllm: bool = False
-    vllm_mode: str = "colocate"
-    vllm_max_model_length: int | None = None
-    vllm_enable_sleep_mode: bool = False
-    vllm_gpu_memory_utilization: float = 0.3
-    report_to: str = placement("none")
-    ledger_model: str | None = None
-    ladder: LadderConfig | None = None
+    loss_type: str = setting("cispo", "the policy loss", LOSS_TYPES)
+    epsilon: float = setting(0.2, "grpo/dapo: the ratio's lower clip, 1 - epsilon")
+    epsilon_high: float | None = setting(None, "grpo/dapo: the upper clip (null: epsilon); cispo: the absolute "
+                                               f"cap on the IS ratio, > 1 (null: {CISPO_DEFAULT_CAP})")  # fmt: skip
+    num_generations: int = setting(8, "completions per prompt (the group size G), at least 2")
+    prompts_per_step: int = setting(4, "prompts per generation batch (one optimizer step when num_iterations is 1)")
+    micro_batch_size: int | None = setting(None, "completions per device per forward/backward (null: the whole batch)")
+    num_iterations: int = setting(1, "optimizer passes over each generation batch (PPO epochs)")
+    max_steps: int = setting(100, "optimizer steps of the stage")
+    learning_rate: float = setting(1e-6, "Adam's learning rate")
+    lr_scheduler_type: str = setting("constant", "the learning-rate schedule (a transformers scheduler name)")
+    warmup_steps: int = setting(0, "steps of linear learning-rate warm-up")
+    weight_decay: float = setting(0.0, "AdamW's weight decay")
+    adam_epsilon: float = setting(1e-8, "Adam's epsilon")
+    max_grad_norm: float = setting(1.0, "gradient clipping norm")
+    beta: float = setting(0.0, "KL coefficient (> 0 keeps a reference copy of the model)")
+    entropy_coef: float = setting(0.0, "entropy bonus coefficient (FastCuRL: 1e-3)")
+    scale_rewards: str = setting("group", "what divides the group-centred rewards: the group's std, the batch's, "
+                                          "or nothing", SCALE_REWARDS)  # fmt: skip
+    max_prompt_length: int | None = setting(1024, "longer prompts (in tokens) are dropped, not cut (null: no limit)")
+    max_completion_length: int = setting(1024, "the longest completion in tokens: the stage's context budget")
+    temperature: float = setting(1.0, "sampling temperature of the rollouts, > 0")
+    top_p: float = setting(1.0, "nucleus sampling's p for the rollouts")
+    seed: int = setting(0, "the stage's seed (the curriculum's too)")
+    save_steps: int = setting(20, "optimizer steps between checkpoints (a multiple of num_iterations)")
+    save_total_limit: int | None = setting(2, "checkpoints kept (null: all)")
+    policy: str = setting("uniform", "the curriculum's policy", POLICIES)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig, metadata={HELP: "the curriculum sampler's settings"})
+    short_batch: str = setting("pad", "a short curriculum batch: pad cycles its prompts, stop ends the stage",
+                               ("pad", "stop"))  # fmt: skip
+    zero_variance_filter: bool = setting(False, "ScaleRL: all-equal groups leave the loss and its normaliser")
+    batch_adv_norm: bool = setting(False, "ScaleRL: group-centred advantages over their std across the batch")
+    prompt_level_loss: bool = setting(False, "ScaleRL: every prompt weighs the same in the loss, whatever its length")
+    fp32_lm_head: bool = setting(False, "ScaleRL: the LM head in float32 (TRL's cast_lm_head_to_fp32)")
+    mask_truncated_completions: bool = setting(False, "completions cut at max_completion_length leave the loss")
+    carry_optimizer: bool = setting(False, "start Adam from the previous stage's moments, with this stage's schedule")
+    dtype: str = setting("float32", "the dtype the model loads in", DTYPES)
+    engine: str = setting("auto", "auto: the project's rollout engine where it supports the model; hf: TRL's "
+                                  "generate (use_vllm: vLLM either way)", ENGINES)  # fmt: skip
+    bf16: bool | None = setting(None, "bfloat16 mixed precision (null: where CUDA is)")
+    gradient_checkpointing: bool = setting(True, "recompute activations in the backward pass (less memory)")
+    use_vllm: bool = setting(False, "generate with vLLM (a GPU)")
+    vllm_mode: str = setting("colocate", "vLLM in the training process or as a server", ("colocate", "server"))
+    vllm_max_model_length: int | None = setting(None, "vLLM's context length (null: the model's)")
+    vllm_enable_sleep_mode: bool = setting(False, "vLLM offloads its weights and cache during the optimizer step")
+    vllm_gpu_memory_utilization: float = setting(0.3, "vLLM's share of the GPU's memory (colocate)")
+    report_to: str = setting("none", f"trackers: none, all, or comma-separated {', '.join(TRACKERS)}", placement=True)
+    ledger_model: str | None = setting(None, "model name of the rollouts in the ledger (null: the run folder's)")
+    ladder: LadderConfig | None = setting(None, "CoScale-RL's rollout ladder: a plateau of the training reward "
+                                                "ends it; training run goes on at N x factor (null: off)")  # fmt: skip
 
     def __post_init__(self) -> None:
         if self.loss_type == "cispo":
@@ -153,9 +136,10 @@ class RLConfig:
                     "(ScaleRL uses 4-8); a cap <= 1 clamps every on-policy token"
                 )
         _check_counts(self)
-        for name, allowed in CHOICES.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"rl.{name} {getattr(self, name)!r} is not one of {allowed}")
+        for f in dataclasses.fields(self):
+            allowed = f.metadata.get(CHOICES)
+            if allowed and getattr(self, f.name) not in allowed:
+                raise ConfigError(f"rl.{f.name} {getattr(self, f.name)!r} is not one of {allowed}")
         if self.temperature <= 0:
             raise ConfigError("rl.temperature must be > 0")
         trackers(self.report_to, "rl.report_to")
