@@ -9,12 +9,16 @@ missing input) prints one line and exits 2, anything else keeps its traceback.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import importlib
 import json
 import sys
+import typing
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperCommand
 
 from curate.console import VERSION_OPTION, whole_summaries
 
@@ -299,14 +303,60 @@ def merge(
     _report({"out": str(out), **summary}, as_json)
 
 
-@app.command()
+def settings_rows(cls: type) -> list[tuple[str, str]]:
+    """``(key, text)`` per field of the config dataclass ``cls``: its help, choices and default from the field's
+    metadata (``curate.config.setting``). A nested config is one ``key.*`` row naming its keys, less those ``cls``
+    sets itself (the sampler's policy and seed are the stage's)."""
+    from curate.config import CHOICES, HELP
+
+    hints, rows = typing.get_type_hints(cls), []
+    for f in dataclasses.fields(cls):
+        text = f.metadata.get(HELP, "")
+        if f.metadata.get(CHOICES):
+            text += f"  [choices: {', '.join(f.metadata[CHOICES])}]"
+        nested = _nested(hints[f.name])
+        if nested is not None:
+            inner = typing.get_type_hints(nested)
+            keys = [g.name + (".*" if _nested(inner[g.name]) else "") for g in dataclasses.fields(nested)]
+            rows.append((f"{f.name}.*", f"{text}; keys: {', '.join(k for k in keys if k not in hints)}"))
+            continue
+        if f.default is not dataclasses.MISSING:
+            shown = json.dumps(f.default) if f.default is None or isinstance(f.default, bool) else f.default
+            text += f"  [default: {shown}]"
+        rows.append((f.name, text))
+    return rows
+
+
+def _nested(tp: object) -> type | None:
+    """The config dataclass a field's type is, or holds (``LadderConfig | None``), else None."""
+    return next((t for t in (tp, *typing.get_args(tp)) if dataclasses.is_dataclass(t)), None)
+
+
+class _SettingsHelp(TyperCommand):
+    """A verb whose help ends with its config's settings (``settings_rows``), read from the config's fields when the
+    help is shown: the list cannot drift from the config, and the other verbs never import it."""
+
+    config = ""  # "module:Class"
+
+    def format_epilog(self, ctx, formatter) -> None:
+        module, name = self.config.split(":")
+        with formatter.section("Settings"):
+            formatter.write_dl(settings_rows(getattr(importlib.import_module(module), name)))
+        super().format_epilog(ctx, formatter)
+
+
+class _RLHelp(_SettingsHelp):
+    config = "training.rl:RLConfig"
+
+
+@app.command(cls=_RLHelp)
 def rl(
     model: Annotated[str, typer.Option(help="Starting policy: a saved model folder or hub id (vLLM: a folder).")],
     train: Annotated[Path, typer.Option(help="The stage's prompts: a curriculum shard or a selection's trl.parquet.")],
     out: Annotated[Path, typer.Option(help="Run folder: config.json, metrics.parquet, checkpoints/, final/.")],
     config: Annotated[
         Path | None,
-        typer.Option(help="YAML file of RL settings (the keys listed above), or a recipe with an rl: key."),
+        typer.Option(help="YAML file of RL settings (the keys listed below), or a recipe with an rl: key."),
     ] = None,
     set_: _SetOpt = None,
     home: Annotated[Path | None, typer.Option(help="Curate workspace of --pool (default $CURATE_HOME).")] = None,
@@ -317,26 +367,14 @@ def rl(
 
     Re-running the same command resumes from the last checkpoint (nothing trained twice) or prints the summary.
 
-    Settings (--config YAML, --set key=value; a training recipe's rl: keys, a misspelled one fails with a
-    suggestion): loss_type (grpo, dapo, cispo), epsilon, epsilon_high (cispo: the absolute cap, default 5),
-    num_generations, prompts_per_step, micro_batch_size, num_iterations, max_steps, learning_rate,
-    lr_scheduler_type, warmup_steps, weight_decay, adam_epsilon, max_grad_norm, beta (KL), entropy_coef,
-    scale_rewards, max_prompt_length, max_completion_length, temperature, top_p, seed, save_steps,
-    save_total_limit, policy (uniform, scalingrl), sampler.* (sampler.zero_variance_skip, ...), short_batch,
-    zero_variance_filter, batch_adv_norm, prompt_level_loss, fp32_lm_head, mask_truncated_completions,
-    carry_optimizer, dtype, bf16, gradient_checkpointing, engine (auto: the rollout engine where it supports the
-    model; hf: TRL's generate), use_vllm, vllm_* (vllm_mode, ...), report_to, ledger_model, ladder.* (CoScale's
-    rollout ladder: ladder.patience, ladder.window, ladder.collapse_drop, ladder.factor, ladder.n_max,
-    ladder.budget; a plateau of the training reward ends the run at that step, and `training run` continues the
-    stage with N doubled).
+    The settings (--config YAML, --set key=value, or a training recipe's rl: section) are listed under Settings
+    below, each with its choices and default; a misspelled key fails with a suggestion.
 
     CISPO always gets an explicit cap on the importance ratio (epsilon_high; TRL would otherwise clamp every ratio at
     0.2, shrinking the update 5x). The curriculum sampler picks every batch, with every group's rewards fed back.
-    ScaleRL's batch hygiene, each a switch to compare against stock TRL: zero_variance_filter (all-equal groups
-    leave the loss and its normaliser), batch_adv_norm, prompt_level_loss, fp32_lm_head, mask_truncated_completions.
-    Every rollout goes to --pool's ledger; checkpoints hold the sampler state, so a killed run (SIGKILL too)
-    resumes with the same curriculum. report_to: none, tensorboard, trackio, wandb, mlflow, all, or several
-    comma-separated (the first two are the project's trackers extra).
+    Each ScaleRL switch is off by default, to compare against stock TRL. Every rollout goes to --pool's ledger;
+    checkpoints hold the sampler state, so a killed run (SIGKILL too) resumes with the same curriculum. The
+    tensorboard and trackio trackers come with the project's trackers extra.
 
     Example: training rl --model runs/sft/final --train stage1.parquet --out runs/rl1 --set max_steps=160
     """

@@ -84,6 +84,42 @@ def test_help_texts_show_no_rst_markup_or_internal_names():
             assert re.search(rf"\b{key}\b", text) or family in text, (verb, key)
 
 
+def test_rl_settings_are_listed_from_the_fields_metadata():
+    """``RLConfig`` keeps each setting's help and choices in its field's metadata, as TRL's ``GRPOConfig`` does;
+    ``training rl --help`` lists the settings from it and the config checks its choices against it. A field without
+    a one-line help, a field the screen leaves out, or a choice it does not show or check fails."""
+    import dataclasses
+
+    from typer.testing import CliRunner
+
+    from curate.config import CHOICES, HELP
+    from curate.errors import ConfigError
+    from training.cli import app
+    from training.rl import RLConfig
+
+    result = CliRunner().invoke(app, ["rl", "--help"], env={"COLUMNS": "240"})
+    assert result.exit_code == 0, result.output
+    rows: dict[str, str] = {}
+    for line in result.output.split("\nSettings:\n")[1].splitlines():
+        if re.match(r"  \S", line):
+            key, _, text = line.strip().partition(" ")
+            rows[key] = text.strip()
+        elif line.strip():
+            rows[key] += " " + line.strip()
+    fields = dataclasses.fields(RLConfig)
+    assert len(rows) == len(fields), sorted(set(rows) - {f.name for f in fields})
+    for f in fields:
+        text = f.metadata.get(HELP)
+        assert text and "\n" not in text and len(text) <= 120, (f.name, text)
+        row = rows.get(f.name) or rows.get(f"{f.name}.*")
+        assert row is not None and row.startswith(" ".join(text.split())), (f.name, row)
+        for choice in f.metadata.get(CHOICES, ()):
+            assert choice in row, (f.name, choice)
+        if f.metadata.get(CHOICES):
+            with pytest.raises(ConfigError, match=rf"rl\.{f.name}"):
+                RLConfig(**{f.name: "no-such-choice"})
+
+
 def _training_commands() -> list[str]:
     from tests.help_screens import commands
     from training.cli import app
