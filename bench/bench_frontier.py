@@ -1,4 +1,4 @@
-"""A fair test of RL where it should pay (issue 42): SFT to its plateau, RL at the frontier for as long as it gains,
+"""A fair test of RL where it should pay: SFT to its plateau, RL at the frontier for as long as it gains,
 against iterated RFT and continued SFT at RL's CPU, from the same plateau model within a seed, on the test split.
 
 Per seed, four runs in ``<home>/runs/<arm>-seed<N>``, each a ``training run`` a user can type (``--dry-run``):

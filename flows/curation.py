@@ -86,7 +86,7 @@ def _run_name() -> str:
 def progress_to_run_log():
     """While the block runs, ``curate.progress``'s lines (a stage's status lines, and its progress as a line every
     30 s with the rate and the time left) go to this run's Prefect logger: the worker's log and the UI show them.
-    Off a terminal they went nowhere: a flow ran its stages with progress off (issue 38.10)."""
+    Off a terminal they went nowhere: a flow ran its stages with progress off."""
     from curate.progress import log_to
 
     with log_to(get_run_logger().info):
