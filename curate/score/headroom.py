@@ -354,25 +354,41 @@ def pool_report(
     return {**out, "pool": pool, "model": model}
 
 
+# the report's files in its folder (``write_report``, ``read_report``): its tables, its summary and its figure
+TABLES = {"bands": "headroom.parquet", "buckets": "headroom-buckets.parquet", "prompts": "headroom-prompts.parquet",
+          "suspects": "headroom-suspects.parquet"}  # fmt: skip
+SUMMARY, FIGURE = "headroom.json", "headroom.png"
+
+
 def write_report(rep: dict[str, Any], out_dir: Any) -> dict[str, str]:
     """The report's tables (``headroom.parquet``: bands, ``headroom-buckets.parquet``, ``headroom-prompts.parquet``,
     ``headroom-suspects.parquet``), ``headroom.json`` (totals, verdict, settings) and ``headroom.png`` in
-    ``out_dir``, atomically each. Returns the files written."""
+    ``out_dir``, atomically each. Returns the files written. ``read_report`` reads them back."""
     from pathlib import Path
 
     from curate import io
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    files = {
-        "bands": io.write_parquet(rep["bands"], out / "headroom.parquet"),
-        "buckets": io.write_parquet(rep["buckets"], out / "headroom-buckets.parquet"),
-        "prompts": io.write_parquet(rep["prompts"], out / "headroom-prompts.parquet"),
-        "suspects": io.write_parquet(rep["suspects"], out / "headroom-suspects.parquet"),
-        "summary": io.write_json(out / "headroom.json", summary(rep)),
-        "figure": plot(rep, out / "headroom.png"),
-    }
+    files = {key: io.write_parquet(rep[key], out / name) for key, name in TABLES.items()}
+    files["summary"] = io.write_json(out / SUMMARY, summary(rep))
+    files["figure"] = plot(rep, out / FIGURE)
     return {k: str(v) for k, v in files.items()}
+
+
+def read_report(out_dir: Any) -> dict[str, Any] | None:
+    """The report ``write_report`` left in ``out_dir``: ``summary`` (``headroom.json``: settings, totals, verdict,
+    suspects by reason, bands and buckets as rows) and each table by its key (``bands``, ``buckets``, ``prompts``,
+    ``suspects``; None where its file is missing). None without ``headroom.json``."""
+    from pathlib import Path
+
+    from curate import io
+
+    out = Path(out_dir)
+    if not (out / SUMMARY).is_file():
+        return None
+    tables = {key: pl.read_parquet(out / name) if (out / name).is_file() else None for key, name in TABLES.items()}
+    return {"summary": io.read_json(out / SUMMARY), **tables}
 
 
 def summary(rep: dict[str, Any]) -> dict[str, Any]:

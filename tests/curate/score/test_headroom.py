@@ -173,6 +173,9 @@ def test_the_verb_reports_writes_its_files_and_bad_input_is_one_line_exit_2(tmp_
     assert "RL can sharpen 9 of 20 prompts (45%" in out and "suspected wrong golds: 1 gold_vs_reference" in out  # p3
     assert {p.name for p in (tmp_path / "h").iterdir()} >= {"headroom.parquet", "headroom.json", "headroom.png"}
     assert json.loads((tmp_path / "h" / "headroom.json").read_text())["totals"]["suspect"] == 1
+    back = headroom.read_report(tmp_path / "h")  # the reader beside the writer: what was written, read back
+    assert back["summary"]["totals"]["suspect"] == 1 and back["suspects"].height == 1
+    assert back["prompts"].height == 20 and headroom.read_report(tmp_path / "none") is None
     for args, said in ((["--model", "other"], "model 'other' has no rollouts on pool 'p'"),
                        (["--model", "m", "--n", "1"], "n >= 2"),
                        (["--model", "m", "--n", "16"], "no prompt has 16 samples")):  # fmt: skip
