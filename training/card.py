@@ -42,6 +42,7 @@ import yaml
 
 from curate import io
 from curate.cards import fmt
+from training import layout
 from training.generation import max_new_tokens, write_generation_config
 
 
@@ -124,7 +125,7 @@ def workspace_root(*paths: str | Path | None) -> Path | None:
             continue
         path = Path(path)
         for folder in path.parents:
-            if (folder / "pools").is_dir() or path.is_relative_to(folder / "runs"):
+            if (folder / "pools").is_dir() or path.is_relative_to(folder / layout.RUNS):
                 return folder
     return None
 
@@ -266,9 +267,9 @@ def title(model_dir: str | Path, lineage: Mapping[str, Any]) -> str:
     run = data.get("run")
     if step is None and run and model_dir.resolve().is_relative_to(Path(run)):
         rel = model_dir.resolve().relative_to(Path(run))
-        step = str(rel.parent if rel.name == "final" else rel) if str(rel) != "." else None
+        step = str(rel.parent if rel.name == layout.FINAL else rel) if str(rel) != "." else None
     if step is None:
-        step = model_dir.resolve().parent.name if model_dir.name == "final" else model_dir.name
+        step = model_dir.resolve().parent.name if model_dir.name == layout.FINAL else model_dir.name
     return f"{data['recipe_name']} / {step}" if data.get("recipe_name") else str(step)
 
 

@@ -28,22 +28,21 @@ from curate import io
 from curate.config import placement_keys
 from curate.errors import ConfigError, InputError
 from curate.manifest import file_hash
-from training import plateau, run_folder
+from training import layout, plateau, run_folder
 from training.plan import StagePlan, plan_stages
 from training.recipe import RunRecipe, resolve_path
 from training.step import run_step
 
 
-CHAIN = "chain.json"
-DATA = "data"  # the run's own copy of what it trains on (``pin_data``)
-PINNED = {"curriculum": "curriculum", "train": "train.parquet", "sft": "sft.parquet"}
-PINNED_RECORD = "pinned.json"  # what was copied from where, with content hashes
-LOCK = "run.lock"  # one writer per run folder (``run_lock``)
-RECIPE = "recipe.json"  # the resolved recipe the run was made with
+# the run folder's records (``training.layout``): chain.json; data/, the run's own copy of what it trains on
+# (``pin_data``) and pinned.json, what was copied from where, with content hashes; run.lock, one writer per run
+# folder (``run_lock``); recipe.json, the resolved recipe the run was made with
+CHAIN, DATA, PINNED, PINNED_RECORD = layout.CHAIN, layout.DATA, layout.PINNED, layout.PINNED_RECORD
+LOCK, RECIPE = layout.LOCK, layout.RECIPE
 # Recipe keys that change speed or placement, not results (the fields marked ``curate.config.placement``): a rerun
 # may change them on an existing run folder.
 HARMLESS = placement_keys(RunRecipe)
-COSCALE = "coscale"  # run-folder subfolder of the CoScale iterations (coscale/itN/)
+COSCALE = layout.COSCALE  # run-folder subfolder of the CoScale iterations (coscale/itN/)
 
 
 # --------------------------------------------------------------------------------------------------- run + state
@@ -158,8 +157,10 @@ class Run:
     def pinned(self, what: str) -> Path | None:
         """The run's own copy of its data (``pin_data``): ``curriculum`` (folder), ``train`` or ``sft`` (files);
         None before training started or when the recipe has no such input."""
-        path = self.run_dir / DATA / PINNED[what]
-        return path if path.exists() and (path.is_file() or (path / "plan.json").is_file()) else None
+        from curate.curriculum.stage import PLAN
+
+        path = layout.pinned_path(self.run_dir, what)
+        return path if path.exists() and (path.is_file() or (path / PLAN).is_file()) else None
 
     def stages(self) -> list[StagePlan]:
         """The recipe's RL stages over the run's pinned curriculum (or train file) once training started; none in
@@ -170,7 +171,7 @@ class Run:
 
     def coscale_dir(self, iteration: int) -> Path:
         """``coscale/itN/``: CoScale iteration N's pools snapshot, restricted shards, SFT rows and SFT run."""
-        return self.run_dir / COSCALE / f"it{iteration}"
+        return layout.coscale_dir(self.run_dir, iteration)
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,7 @@ def open_run(
     (``HARMLESS``) may differ; the folder keeps the recipe it was made with.
     """
     ws = io.Workspace.resolve(home, recipe.home)
-    run_dir = Path(out) if out else ws.root / "runs" / recipe.name
+    run_dir = Path(out) if out else layout.run_dir(ws.root, recipe.name)
     path = run_dir / RECIPE
     new = recipe.to_dict()
     if path.is_file():
@@ -301,7 +302,7 @@ def sft_step(run: Run, state: ChainState, name: str, out_dir: Path, data: Path, 
             "config": dataclasses.asdict(cfg), "lineage": chain_lineage(run, state.iteration),
             **({"validation": early.to_spec()} if early is not None else {}),
         }, run.recipe.launch)  # fmt: skip
-    final = str(out_dir / "final")
+    final = str(layout.final(out_dir))
     pending = {"step": name, "model": final, "wall_s": time.perf_counter() - t0}
     return dataclasses.replace(state, model=final, pending=pending)
 
@@ -451,12 +452,12 @@ def chain_lineage(run: Run, iteration: int = 0) -> dict[str, Any]:
         out["solutions"] = str(tables[0])
     if tables is not None:
         out["solution_pools"] = str(tables[2])
-    note = run.chain().note("coscale", f"it{iteration}:solutions") if iteration else None
+    note = run.chain().note(COSCALE, layout.in_iteration(layout.SOLUTIONS, iteration)) if iteration else None
     if note is not None:
         from curate.solutions import export as solutions_export
 
         out["solutions"] = str(Path(note["export"]) / solutions_export.SFT_FILE)
-        out["solution_pools"] = str(run.coscale_dir(iteration) / "solution_pools.parquet")
+        out["solution_pools"] = str(run.coscale_dir(iteration) / layout.SOLUTION_POOLS)
         out["coscale_iteration"] = iteration
     out["recipe"] = str(run.run_dir / RECIPE)
     out["recipe_name"] = recipe.name

@@ -25,12 +25,11 @@ from typing import Any
 
 from curate import io
 from curate.errors import InputError
-from training import run_folder
+from training import layout, run_folder
 from training.chain import ChainState, Run
 
 
-BEST = "best"  # sft/best/: the chosen model
-VALIDATION = "validation.json"  # sft/validation.json: every evaluated point and the choice
+BEST, VALIDATION = layout.BEST, layout.VALIDATION  # sft/best/: the chosen model; sft/validation.json: every point
 
 
 def read_validation(out_dir: str | Path) -> dict[str, Any] | None:
@@ -131,7 +130,7 @@ def _whole(run: Run, model: Path) -> bool:
     problem = run_folder.damage(model) if (model / "config.json").is_file() else "it is missing"
     if problem is None:
         return True
-    if model.name.startswith(run_folder.PREFIX) and model.is_dir():
+    if layout.checkpoint_step(model) is not None and model.is_dir():
         run.echo(f"[chain] warning: {model} is damaged ({problem}); set aside as "
                  f"{run_folder.set_aside(model).name}, not a candidate")  # fmt: skip
     else:

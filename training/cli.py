@@ -245,13 +245,14 @@ def sft(
     gradient_checkpointing, torch_threads, logging_steps, report_to.
     """
     from training.chain import check_sft_data
+    from training.layout import final
     from training.sft import load_config, train_sft
 
     cfg = load_config(*_config_mapping(config, set_))
     check_sft_data(data)  # not Parquet, no prompt/completion, no rows: one line before the model is loaded
     with contextlib.redirect_stdout(sys.stderr):  # the trainer's log lines; stdout keeps the result alone
         metrics = train_sft(cfg, model=model, data=data, out_dir=out)
-    _report({"final": str(out / "final"), **metrics}, as_json)
+    _report({"final": str(final(out)), **metrics}, as_json)
 
 
 @app.command()
@@ -270,6 +271,7 @@ def redistill(
     as_json: _JsonOpt = False,
 ) -> None:
     """CoScale-RL re-distillation: SFT the initial model on the latest correct RL solutions per problem."""
+    from training.layout import final
     from training.redistill import load_config
     from training.redistill import redistill as run
 
@@ -280,7 +282,7 @@ def redistill(
         overrides["per_problem"] = per_problem
     with contextlib.redirect_stdout(sys.stderr):  # the trainer's log lines; stdout keeps the result alone
         metrics = run(load_config(data, overrides), initial=initial, ledger=ledger, problems=problems, out_dir=out)
-    _report({"final": str(out / "final"), **metrics}, as_json)
+    _report({"final": str(final(out)), **metrics}, as_json)
 
 
 @app.command()
@@ -445,7 +447,7 @@ def show(
 
     On a running run it says which step runs, for how long and how far: an evaluation's samples, a training step's
     step N of M and the time left. After a kill it names the step the run stopped in."""
-    from training.card import read_lineage
+    from training.card import LINEAGE, read_lineage
     from training.chain import CHAIN, RECIPE, Chain
     from training.outcome import read_summary
     from training.plots import read_fit
@@ -458,7 +460,7 @@ def show(
             payload["fit"] = fit
         if (summary := read_summary(run_dir)) is not None:
             payload["gain_over_sft"] = summary.get("gain_over_sft")
-    elif (run_dir / "lineage.json").is_file():
+    elif (run_dir / LINEAGE).is_file():
         payload = read_lineage(run_dir)
     else:
         from curate.errors import InputError
@@ -477,6 +479,7 @@ def show(
 def _show_run(run_dir: Path, payload: dict) -> list[str]:
     """``training show RUN``: the steps table, the paired gain, the fit line, the decisions, the rollout ladder's
     events and the merges of parallel groups, the lineage."""
+    from training import layout
     from training.card import short_path, workspace_root
     from training.ladder import event_line
     from training.scaling import summary_line
@@ -510,11 +513,11 @@ def _show_run(run_dir: Path, payload: dict) -> list[str]:
         text = advice.get("summary") or (summary_line(advice, fit["fit"]) if "gain_4x_band" in advice else None)
         lines += ["", f"fit: {text or advice.get('message')}"]
     notes = payload.get("notes") or {}
-    for d in notes.get("decisions") or []:
+    for d in notes.get(layout.DECISIONS) or []:
         lines.append(f"decide after {d.get('after', d.get('name'))}: {d.get('action')}: {d.get('reason')}")
-    for n in notes.get("ladder") or []:  # where and why the rollout ladder doubled N (training.groups)
+    for n in notes.get(layout.LADDER) or []:  # where and why the rollout ladder doubled N (training.groups)
         lines.append(f"ladder {n['name']}: {event_line(n['event'])}; {n.get('outcome')}")
-    for m in notes.get("merge") or []:
+    for m in notes.get(layout.MERGES) or []:
         shares = ", ".join(f"{g} {w:.3g}" for g, w in (m.get("shares") or {}).items())
         lines.append(f"{m['name']}: {m.get('method')} merge of the independent groups ({shares})")
     lineage = payload.get("lineage") or {}

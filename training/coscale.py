@@ -22,6 +22,7 @@ import dataclasses
 from pathlib import Path
 
 from curate import io
+from training import layout
 from training.chain import ChainState, Run, chain_lineage, sft_step
 from training.plan import StagePlan
 from training.recipe import curate_recipe, rollout_section, solutions_section
@@ -33,12 +34,13 @@ def coscale_measure(run: Run, state: ChainState) -> ChainState:
     from curate import pipeline
 
     state = dataclasses.replace(state, iteration=state.iteration + 1)
-    name = f"it{state.iteration}:measure"
+    name = layout.in_iteration(layout.MEASURE, state.iteration)
     chain = run.chain()
-    if chain.note("coscale", name) is None:
+    if chain.note(layout.COSCALE, name) is None:
         crecipe = curate_recipe(run.recipe, "rollout", rollout_section(run.recipe, run.measured_model(state.model)))
         result = pipeline.run_stage("rollout", run.ws, crecipe).to_dict()
-        chain.note("coscale", name, {"model": state.model, "wall_s": result["wall_s"], "summary": result["summary"]})
+        record = {"model": state.model, "wall_s": result["wall_s"], "summary": result["summary"]}
+        chain.note(layout.COSCALE, name, record)
         run.echo(f"[chain] {name}: rollouts of {state.model} [{result['wall_s']:.0f} s]")
     return state
 
@@ -54,9 +56,9 @@ def coscale_solutions(run: Run, state: ChainState) -> ChainState:
     from curate.solutions import export as solutions_export
     from curate.solutions import stage as solutions_stage
 
-    name = f"it{state.iteration}:solutions"
+    name = layout.in_iteration(layout.SOLUTIONS, state.iteration)
     chain = run.chain()
-    if chain.note("coscale", name) is not None:
+    if chain.note(layout.COSCALE, name) is not None:
         return state
     folder = run.coscale_dir(state.iteration)
     lineage = chain.lineage or chain_lineage(run)
@@ -66,18 +68,18 @@ def coscale_solutions(run: Run, state: ChainState) -> ChainState:
     result = pipeline.run_stage("solutions", run.ws, crecipe).to_dict()
     config = solutions_stage.load_config(crecipe)
     pools = pl.read_parquet(solutions_stage.set_tables(run.ws, run.recipe.pool, config)[2])  # this iteration's set
-    io.write_parquet(pools, folder / "solution_pools.parquet")
+    io.write_parquet(pools, folder / layout.SOLUTION_POOLS)
     solvable = pools.filter(pl.col(S.COSCALE_POOL) == "solvable").select(S.PROBLEM_ID)
     unsolvable = pools.filter(pl.col(S.COSCALE_POOL) == "unsolvable").select(S.PROBLEM_ID)
     for stage in run.stages():
         shard = pl.read_parquet(stage.shard).join(solvable, on=S.PROBLEM_ID, how="semi")
-        io.write_parquet(shard, folder / f"{stage.name}.parquet")
+        io.write_parquet(shard, layout.coscale_shard(folder, stage.name))
     export = solutions_stage.export_dir(run.ws, run.recipe.pool, config)
     rows = pl.read_parquet(export / solutions_export.SFT_FILE).join(unsolvable, on=S.PROBLEM_ID, how="semi")
-    io.write_parquet(rows, folder / "sft_unsolvable.parquet")
+    io.write_parquet(rows, folder / layout.UNSOLVABLE_SFT)
     counts = dict(pools.group_by(S.COSCALE_POOL).len().iter_rows())
-    chain.note("coscale", name, {"model": state.model, "pools": counts, "export": str(export),
-                                 "sft_rows": rows.height, "wall_s": result["wall_s"]})  # fmt: skip
+    chain.note(layout.COSCALE, name, {"model": state.model, "pools": counts, "export": str(export),
+                                      "sft_rows": rows.height, "wall_s": result["wall_s"]})  # fmt: skip
     run.echo(f"[chain] {name}: pools {counts}; {rows.height} SFT rows for unsolvable problems")
     return state
 
@@ -90,10 +92,11 @@ def coscale_sft(run: Run, state: ChainState) -> ChainState:
     import polars as pl
 
     folder = run.coscale_dir(state.iteration)
-    data = folder / "sft_unsolvable.parquet"
+    data = folder / layout.UNSOLVABLE_SFT
     if run.recipe.sft is None or pl.scan_parquet(data).select(pl.len()).collect().item() == 0:
         return state
-    return sft_step(run, state, f"it{state.iteration}:sft", folder / "sft", data, early_stop=True)
+    name = layout.in_iteration(layout.SFT, state.iteration)
+    return sft_step(run, state, name, folder / layout.SFT, data, early_stop=True)
 
 
 def coscale_stages(run: Run, state: ChainState) -> list[StagePlan]:
@@ -104,7 +107,7 @@ def coscale_stages(run: Run, state: ChainState) -> list[StagePlan]:
     folder = run.coscale_dir(state.iteration)
     out = []
     for stage in run.stages():
-        shard = folder / f"{stage.name}.parquet"
+        shard = layout.coscale_shard(folder, stage.name)
         rows = pl.scan_parquet(shard).select(pl.len()).collect().item()
         if rows:
             out.append(dataclasses.replace(stage, shard=shard, rows=rows))

@@ -56,9 +56,10 @@ from curate.rollout.backends import (
 )
 from curate.rollout.model_check import check_model
 from curate.rollout.vllm_engine import VLLMOptions
+from training import layout
 
 
-EVAL_FILE = "eval.parquet"
+EVAL_FILE = layout.EVAL_CURVE
 EVAL_SCHEMA = pl.Schema(
     {
         "step": pl.Int64,

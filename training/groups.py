@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from curate.errors import InputError
-from training import rl, run_folder
+from training import layout, rl, run_folder
 from training.chain import ChainState, Run, chain_lineage
 from training.ladder import event_line
 from training.plan import StagePlan, rl_step_name
@@ -38,8 +38,7 @@ from training.step import stamp_lineage
 
 
 PARALLEL, SEQUENTIAL = "parallel", "sequential"
-LADDER = "ladder"  # the chain.json note kind of the rollout ladder's events
-MERGES = "merge"  # ... and of the merges of parallel groups
+LADDER, MERGES = layout.LADDER, layout.MERGES  # the chain.json note kinds of the ladder's events and of the merges
 
 
 def group_mode(recipe: RunRecipe, stages: Sequence[StagePlan]) -> str:
@@ -98,7 +97,7 @@ def next_rung(run: Run, state: ChainState, stage: StagePlan) -> StagePlan | None
 
 def _cut_checkpoint(folder: Path, step: int) -> Path:
     """The checkpoint where a rung stopped (saved at its event's step): the next rung starts from it."""
-    ckpt = folder / run_folder.CHECKPOINTS / f"{run_folder.PREFIX}{step}"
+    ckpt = layout.checkpoint(folder, step)
     if not (ckpt / run_folder.SAMPLER_STATE).is_file():
         raise InputError(f"{ckpt} is missing: the next rung of the rollout ladder starts from it (train the stage "
                          "again: delete its folder)")  # fmt: skip
@@ -113,9 +112,7 @@ def group_record(stage: StagePlan, state: ChainState, steps: int) -> dict[str, A
             "n": stage.rl.num_generations, "stage_dir": state.last_stage}  # fmt: skip
 
 
-def merge_name(count: int, total: int, iteration: int = 0) -> str:
-    """The chain step of the merge of the first ``count`` of ``total`` parallel groups: ``merge:2of3``."""
-    return f"{f'it{iteration}:' if iteration else ''}merge:{count}of{total}"
+merge_name = layout.merge_step  # the chain step of the merge of the first k of K parallel groups: ``merge:2of3``
 
 
 def merge_groups(run: Run, state: ChainState, base: str, groups: list[dict[str, Any]], total: int) -> ChainState:
@@ -127,7 +124,7 @@ def merge_groups(run: Run, state: ChainState, base: str, groups: list[dict[str, 
 
     cfg = run.recipe.merge or MergeConfig()
     name = merge_name(len(groups), total, state.iteration)
-    folder = run.run_dir / "rl" / f"{f'it{state.iteration}-' if state.iteration else ''}merge-{len(groups)}of{total}"
+    folder = layout.merge_dir(run.run_dir, len(groups), total, state.iteration)
     t0 = time.perf_counter()
     chain = run.chain()
     note = chain.note(MERGES, name)

@@ -21,10 +21,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from curate import io
+from training import layout
 from training.chain import ChainState, Run, chain_lineage, pin_data
 
 
-HEADROOM = "headroom"  # the run folder's headroom report (``headroom_report``)
+HEADROOM = layout.HEADROOM  # the run folder's headroom report (``headroom_report``)
+# the notes this module writes in chain.json, each named by the model they measured: the SFT step's
+MEASURE, FORECAST, SFT = layout.MEASURE, layout.FORECAST, layout.SFT
 
 
 def measure(run: Run, state: ChainState) -> ChainState:
@@ -38,7 +41,7 @@ def measure(run: Run, state: ChainState) -> ChainState:
     from training.recipe import curate_recipe, measure_sections
 
     chain = run.chain()
-    if run.recipe.measure is None or chain.note("measure", "sft") is not None:
+    if run.recipe.measure is None or chain.note(MEASURE, SFT) is not None:
         return state
     t0 = time.perf_counter()
     name = measured_name(run)
@@ -64,7 +67,7 @@ def measure(run: Run, state: ChainState) -> ChainState:
     for warning in record["select"].get("warnings") or []:  # e.g. a selection of prompts it never measured
         run.echo(f"[chain] measure: warning: {warning}")
     pinned = pin_data(run, ("curriculum",))
-    chain.note("measure", "sft", {**record, "wall_s": round(time.perf_counter() - t0, 1), "pinned": pinned})
+    chain.note(MEASURE, SFT, {**record, "wall_s": round(time.perf_counter() - t0, 1), "pinned": pinned})
     chain.set_lineage(chain_lineage(run))  # now naming the measured curriculum
     return state
 
@@ -99,9 +102,9 @@ def forecast_waste(run: Run, state: ChainState) -> ChainState:
     from training.recipe import curate_recipe, measure_sections
 
     chain, m = run.chain(), run.recipe.measure
-    note = chain.note("measure", "sft")
+    note = chain.note(MEASURE, SFT)
     fresh = m.fresh if m is not None and m.fresh is not None else run.recipe.rl.num_generations
-    if note is None or not fresh or chain.note("forecast", "sft") is not None:
+    if note is None or not fresh or chain.note(FORECAST, SFT) is not None:
         return state
     t0 = time.perf_counter()
     name = measured_name(run)  # the selection ``measure`` made (its note's ``curriculum`` holds the stage's summary)
@@ -130,5 +133,5 @@ def forecast_waste(run: Run, state: ChainState) -> ChainState:
                  f"{out['fresh_prompts']} selected prompts: {out['share']:.3f} ± {out['stderr']:.3f} at the plan's "
                  f"group sizes ({', '.join(map(str, sizes))}); the fresh groups of {fresh}: {out['observed']:.3f} "
                  "all-equal")  # fmt: skip
-    chain.note("forecast", "sft", {**out, "fresh": fresh, "wall_s": round(time.perf_counter() - t0, 1)})
+    chain.note(FORECAST, SFT, {**out, "fresh": fresh, "wall_s": round(time.perf_counter() - t0, 1)})
     return state

@@ -27,32 +27,17 @@ from typing import Any
 
 from curate import io
 from curate import schema as S
+from training import layout
 from training.chain import ChainState, Run, chain_lineage
 from training.rl import read_config
 
 
-SUMMARY = "summary.json"
-EVALS = "evals"  # per-problem held-out results of every chain step (<step>.parquet)
+SUMMARY, EVALS = layout.SUMMARY, layout.EVALS  # summary.json; evals/, the per-problem held-out results of each step
+# the names of ``evals/``' tables (``training.layout``): a step's, a stage's checkpoint's, and where they are
+eval_file, checkpoint_eval, eval_path = layout.eval_file, layout.checkpoint_eval, layout.eval_path
 
 
 # --------------------------------------------------------------------------------------------------- the evals
-def eval_file(step: str, temperature: float | None = None) -> str:
-    """The per-problem table of a step in ``evals/``: ``<step>.parquet`` at the eval temperature, else
-    ``<step>@T<temperature>.parquet``."""
-    return f"{S.slug(step)}.parquet" if temperature is None else f"{S.slug(step)}@T{temperature:g}.parquet"
-
-
-def checkpoint_eval(step: str, at: int) -> str:
-    """The ``evals/`` name of a stage's checkpoint at its step ``at`` (``rl:stage2`` step 10 -> ``rl_stage2-step10``):
-    its per-problem table, for paired comparisons at an early budget."""
-    return f"{S.slug(step)}-step{at}"
-
-
-def eval_path(run: str | Path, step: str, temperature: float | None = None, *, samples: bool = False) -> Path:
-    """Where run folder ``run`` keeps ``step``'s per-problem held-out table (at ``temperature``; None: the eval
-    temperature), or with ``samples`` every sample of that evaluation."""
-    path = Path(run) / EVALS / eval_file(step, temperature)
-    return path.with_suffix(".samples.parquet") if samples else path
 
 
 def keep_eval(run: str | Path, step: str, result: Mapping[str, Any], temperature: float | None = None) -> Path:
@@ -121,7 +106,7 @@ def gain_over_sft(run: Run) -> dict[str, Any] | None:
     sec = run.recipe.eval
     rl_steps = [r["step"] for r in run.chain().steps if "rl_steps" in r]
     rl_steps = [step for step in rl_steps if eval_path(run.run_dir, step).is_file()]
-    start = "sft" if run.recipe.sft is not None or run.recipe.model == "tiny" else "init"  # a model SFT'd elsewhere
+    start = layout.SFT if run.recipe.sft is not None or run.recipe.model == "tiny" else layout.INIT  # SFT'd elsewhere
     if not rl_steps or not eval_path(run.run_dir, start).is_file():
         return None
     grouping = None
@@ -144,15 +129,14 @@ def zero_variance(run: Run) -> dict[str, Any]:
     (``curate.score.forecast``; None without ``measure``)."""
     import polars as pl
 
-    note = run.chain().note("measure", "sft") or {}
-    forecast = run.chain().note(
-        "forecast", "sft"
-    )  # from fresh samples of the selection (``training.measure.forecast_waste``)
+    note = run.chain().note(layout.MEASURE, layout.SFT) or {}
+    # from fresh samples of the selection (``training.measure.forecast_waste``)
+    forecast = run.chain().note(layout.FORECAST, layout.SFT)
     if not (forecast and forecast.get("share") is not None):  # a run measured before it existed: the selection's own
         forecast = ((note.get("select") or {}).get("zero_variance_forecast") or {}).get("selection")
     kept = groups = 0.0
     for rec in run.chain().steps:
-        path = Path(rec.get("stage_dir", "")) / "metrics.parquet"
+        path = Path(rec.get("stage_dir", "")) / layout.METRICS
         if "stage_dir" in rec and path.is_file():
             m = pl.read_parquet(path)
             if "kept_group_frac" in m.columns:
@@ -200,7 +184,7 @@ def chain_metrics(run: Run) -> Path | None:
 
     frames = []
     for rec in sorted((s for s in run.chain().steps if "stage_dir" in s), key=lambda s: s["offset_step"]):
-        path = Path(rec["stage_dir"]) / "metrics.parquet"
+        path = Path(rec["stage_dir"]) / layout.METRICS
         if path.is_file():
             df = pl.read_parquet(path)
             df = df.with_columns(pl.col("step") + rec["offset_step"], pl.lit(rec["step"]).alias("stage"))
@@ -209,7 +193,7 @@ def chain_metrics(run: Run) -> Path | None:
             frames.append(df)
     if not frames:
         return None
-    return io.write_parquet(pl.concat(frames, how="diagonal_relaxed").sort("step"), run.run_dir / "metrics.parquet")
+    return io.write_parquet(pl.concat(frames, how="diagonal_relaxed").sort("step"), run.run_dir / layout.METRICS)
 
 
 def fit_and_plot(run: Run, state: ChainState | None) -> dict[str, Any]:
@@ -222,7 +206,7 @@ def fit_and_plot(run: Run, state: ChainState | None) -> dict[str, Any]:
     chain_metrics(run)
     drawn = (plot_training(run.run_dir), plot_eval(run.run_dir), plot_plan(run.run_dir))
     figures = [p for p in drawn if p is not None]
-    if (run.run_dir / "eval.parquet").is_file():
+    if (run.run_dir / layout.EVAL_CURVE).is_file():
         try:
             fit = fit_run(run.run_dir, run.recipe.fit)
             out["fit"] = fit
@@ -251,10 +235,10 @@ def write_summary(
         "home": str(run.ws.root),
         "steps": chain.steps,
         "lineage": chain.lineage or chain_lineage(run),
-        "decisions": chain.notes.get("decisions", []),
-        "coscale": chain.notes.get("coscale", []),
-        "ladder": chain.notes.get("ladder", []),  # where and why a stage's N doubled (training.groups.next_rung)
-        "merges": chain.notes.get("merge", []),  # parallel groups merged: method, each group's share
+        "decisions": chain.notes.get(layout.DECISIONS, []),
+        "coscale": chain.notes.get(layout.COSCALE, []),
+        "ladder": chain.notes.get(layout.LADDER, []),  # where and why a stage's N doubled (training.groups.next_rung)
+        "merges": chain.notes.get(layout.MERGES, []),  # parallel groups merged: method, each group's share
         "final_model": state.model if state is not None else None,
         **dict(fit or {}),
         **dict(extra or {}),

@@ -33,6 +33,7 @@ from typing import Any
 
 from curate import io
 from curate.errors import ConfigError, InputError
+from training import layout
 from training.recipe import PLAN_FIELDS, PLAN_TO_RL, PlanScale, RunRecipe, resolve_path, stage_rl
 from training.rl import RLConfig
 
@@ -56,7 +57,7 @@ class StagePlan:
     @property
     def folder(self) -> str:
         """``NN-<stage>``, and ``NN-<stage>-n<N>`` for a later rung of its rollout ladder."""
-        return f"{self.index + 1:02d}-{self.name}" + (f"-n{self.rl.num_generations}" if self.rung else "")
+        return layout.stage_folder(self.index, self.name, self.rl.num_generations if self.rung else None)
 
 
 def _plan_values(entry: Mapping[str, Any], fields: Sequence[str], scale: PlanScale) -> dict[str, Any]:
@@ -191,8 +192,7 @@ def plan_stages(recipe: RunRecipe, ws: io.Workspace, pinned: Path | None = None)
 def rl_step_name(stage: StagePlan, iteration: int = 0) -> str:
     """``rl:<stage>`` in the first pass, ``itN:rl:<stage>`` in CoScale iteration N (the chain's step name);
     ``rl:<stage>@n<N>`` for a later rung of the stage's rollout ladder."""
-    rung = f"@n{stage.rl.num_generations}" if stage.rung else ""
-    return f"{f'it{iteration}:' if iteration else ''}rl:{stage.name}{rung}"
+    return layout.rl_step(stage.name, iteration, stage.rl.num_generations if stage.rung else None)
 
 
 # --------------------------------------------------------------------------------------------------- context fit

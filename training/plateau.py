@@ -38,12 +38,13 @@ from curate import io
 from curate import schema as S
 from curate.config import from_mapping
 from curate.manifest import file_hash
-from training import run_folder
+from training import layout, run_folder
 from training.evaluate import EvalConfig, evaluate, paired_gain
 
 
-CURVE = "curve.json"  # <sft out>/curve.json: the validation points taken during training
-PROBLEMS = "validation_problems.parquet"  # <sft out>/...: the validation problems, pinned when the run starts
+# <sft out>/curve.json: the validation points taken during training; validation_problems.parquet: the validation
+# problems, pinned when the run starts
+CURVE, PROBLEMS = layout.CURVE, layout.PROBLEMS
 POINT_KEYS = ("step", "model", "pass_at_1", "stderr", "n_problems", "k")  # what sft/validation.json keeps of each
 
 
@@ -268,7 +269,7 @@ def callback(curve: Curve) -> Any:
         def on_save(self, args, state, control, **kwargs):
             stop = False
             if state.is_world_process_zero:
-                checkpoint = Path(args.output_dir) / f"{run_folder.PREFIX}{state.global_step}"
+                checkpoint = Path(args.output_dir) / layout.checkpoint_name(state.global_step)
                 stop = curve.add(checkpoint, state.global_step).stop
             if args.world_size > 1:
                 from accelerate.utils import broadcast_object_list

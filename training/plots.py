@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from training import layout
 from training.chain import Chain
 from training.scaling import (
     COMPUTE,
@@ -39,10 +40,10 @@ from training.scaling import (
 )
 
 
-METRICS_FILE = "metrics.parquet"
-FIT = "fit.json"  # ``fit_run``'s result beside the curve it fitted (``read_fit``)
+METRICS_FILE, FIT = layout.METRICS, layout.FIT  # fit.json: ``fit_run``'s result beside the curve it fitted
 TRAINING_SERIES = (("reward", "mean reward", "#1f77b4"), ("kept_group_frac", "kept-group fraction", "#ff7f0e"))
-BASELINES = (("sft", "#2ca02c"), ("init", "#7f7f7f"))  # chain.json records drawn as horizontal lines on eval.png
+# chain.json records drawn as horizontal lines on eval.png
+BASELINES = ((layout.SFT, "#2ca02c"), (layout.INIT, "#7f7f7f"))
 _SPAN_COLOURS = ("#1f77b4", "#ff7f0e")  # alternate stage spans
 
 
@@ -79,7 +80,7 @@ def _stage_rl(rec: Mapping[str, Any]) -> Any:
 
 def _stage_label(rec: Mapping[str, Any]) -> str:
     """``stage1`` plus the context the stage trained with (its run folder's ``config.json``), e.g. ``stage1 · 128``."""
-    name = str(rec["step"]).removeprefix("rl:")
+    name = layout.parse_step(rec["step"]).label
     rl = _stage_rl(rec)
     return f"{name} · {rl.max_completion_length} tok" if rl is not None else name
 
@@ -99,7 +100,7 @@ def _stage_spans(ax: Any, spans: list[tuple[float, float, str]]) -> None:
 def plot_training(run_dir: str | Path, out: str | Path | None = None) -> Path | None:
     """``training.png`` (``training_figure``); ``None`` without data to plot."""
     fig = training_figure(run_dir)
-    return None if fig is None else _save(fig, out or Path(run_dir) / "training.png")
+    return None if fig is None else _save(fig, out or Path(run_dir) / layout.FIGURES["training"])
 
 
 def training_figure(run_dir: str | Path) -> Any:
@@ -119,7 +120,7 @@ def training_figure(run_dir: str | Path) -> Any:
     if "stage" in df.columns:
         labels = {r["step"]: _stage_label(r) for r in Chain(run_dir).steps if "rl_steps" in r}
         bounds = df.group_by("stage", maintain_order=True).agg(pl.col("step").min().alias("lo"), pl.col("step").max())
-        spans = [(lo - 0.5, hi + 0.5, labels.get(st, str(st).removeprefix("rl:"))) for st, lo, hi in bounds.rows()]
+        spans = [(lo - 0.5, hi + 0.5, labels.get(st, layout.parse_step(st).label)) for st, lo, hi in bounds.rows()]
     fig, axes = _figure(len(series), (7.5, 0.6 + 2.5 * len(series)))
     for ax, (col, label, colour) in zip(axes, series, strict=True):
         d = df.select("step", pl.col(col).cast(pl.Float64)).drop_nulls().filter(pl.col(col).is_not_nan())
@@ -138,7 +139,7 @@ def training_figure(run_dir: str | Path) -> Any:
 def plot_eval(run_dir: str | Path, out: str | Path | None = None, compute_unit: str | None = None) -> Path | None:
     """``eval.png`` (``eval_figure``); ``None`` without ``eval.parquet`` rows."""
     fig = eval_figure(run_dir, compute_unit)
-    return None if fig is None else _save(fig, out or Path(run_dir) / "eval.png")
+    return None if fig is None else _save(fig, out or Path(run_dir) / layout.FIGURES["eval"])
 
 
 def eval_figure(run_dir: str | Path, compute_unit: str | None = None) -> Any:
@@ -147,7 +148,7 @@ def eval_figure(run_dir: str | Path, compute_unit: str | None = None) -> Any:
     from matplotlib.ticker import FuncFormatter
 
     run_dir = Path(run_dir)
-    path = run_dir / "eval.parquet"
+    path = run_dir / layout.EVAL_CURVE
     if not path.is_file():
         return None
     df = pl.read_parquet(path).sort("compute")
@@ -193,28 +194,28 @@ def plot_plan(run_dir: str | Path, out: str | Path | None = None) -> Path | None
     else the lineage's curriculum folder; ``None`` without a plan or before any RL stage trained."""
     from curate.curriculum.plots import plot_plan as draw
     from curate.curriculum.stage import read_plan
-    from training.chain import DATA, PINNED
 
     run_dir = Path(run_dir)
     chain = Chain(run_dir)
-    plan = read_plan(run_dir / DATA / PINNED["curriculum"])  # the run's own copy, else the curriculum folder
+    plan = read_plan(layout.pinned_path(run_dir, "curriculum"))  # the run's own copy, else the curriculum folder
     if plan is None and (chain.lineage or {}).get("curriculum"):
         plan = read_plan(chain.lineage["curriculum"])
     if not (plan or {}).get("stages"):
         return None
     trained = {}
     for rec in chain.steps:
-        name = str(rec.get("step", ""))
-        rl = _stage_rl(rec) if name.startswith("rl:") else None
+        step = layout.parse_step(rec.get("step", ""))
+        rl = _stage_rl(rec) if layout.first_pass_rl(step.name) else None
         if rl is None:
             continue
-        stage = name.removeprefix("rl:").split("@")[0]  # a rung of the rollout ladder (``rl:<stage>@n16``) adds up
+        stage = step.stage  # a rung of the rollout ladder (``rl:<stage>@n16``) adds up
         steps = (rec.get("rl_steps") or rl.max_steps) + trained.get(stage, {}).get("steps", 0)
         trained[stage] = {"max_response_length": rl.max_completion_length, "n": rl.num_generations, "steps": steps}
     if not trained:
         return None
     bands = list(dict.fromkeys(b for st in plan["stages"] for b in st.get("difficulty_mix") or {}))
-    return draw(plan, out or run_dir / "plan.png", bands, trained=trained, trained_in=f"run {run_dir.name}")
+    png = out or run_dir / layout.FIGURES["plan"]
+    return draw(plan, png, bands, trained=trained, trained_in=f"run {run_dir.name}")
 
 
 # --------------------------------------------------------------------------------------------------- the fit of a run
@@ -225,7 +226,7 @@ def read_curve(path: str | Path) -> tuple[np.ndarray, np.ndarray, Path]:
     from curate.errors import InputError, MissingInput
 
     path = Path(path)
-    file = path / "eval.parquet" if path.is_dir() else path
+    file = path / layout.EVAL_CURVE if path.is_dir() else path
     if not file.is_file():
         raise MissingInput(f"{file} not found (give a run folder with eval.parquet, or a CSV/Parquet file)")
     from curate.io import read_rows
@@ -272,8 +273,9 @@ def fit_run(
     io.write_text(out / FIT, json.dumps(result, indent=2, default=float) + "\n")
     if plot:
         stderr = _curve_stderr(path, compute, rates)
-        plot_fit(fit, out / "fit.png", extrapolate_to=max(targets), advice=result["advice"], cfg=cfg, stderr=stderr)
-        result["plot"] = str(out / "fit.png")
+        png = out / layout.FIGURES["fit"]
+        plot_fit(fit, png, extrapolate_to=max(targets), advice=result["advice"], cfg=cfg, stderr=stderr)
+        result["plot"] = str(png)
     return result
 
 
@@ -378,7 +380,7 @@ def _curve_stderr(path: str | Path, compute: np.ndarray, rates: np.ndarray) -> n
     import polars as pl
 
     path = Path(path)
-    file = path / "eval.parquet" if path.is_dir() else path
+    file = path / layout.EVAL_CURVE if path.is_dir() else path
     if file.suffix != ".parquet" or "stderr" not in pl.read_parquet_schema(file):
         return None
     se = pl.read_parquet(file, columns=["stderr"])["stderr"].cast(pl.Float64).fill_null(0.0).to_numpy()

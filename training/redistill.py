@@ -37,10 +37,11 @@ from curate import schema as S
 from curate.config import from_mapping
 from curate.errors import ConfigError, InputError
 from curate.prompts import INSTRUCTION, sft_row
+from training import layout
 from training.sft import SFTRunConfig, train_sft
 
 
-DATA = "redistill.parquet"
+DATA = layout.REDISTILL_DATA
 ORDER = "_order"
 
 

@@ -41,14 +41,14 @@ import polars as pl
 from curate import io
 from curate import schema as S
 from curate.errors import InputError
-from training import run_folder
+from training import layout, run_folder
 from training.chain import ChainState, Run, chain_lineage
 from training.step import run_step
 
 
-RFT = "rft"  # the run folder's rounds (rft/r<N>/) and the chain's note kind
-DATA = "data.parquet"  # a round's SFT rows
-LAST, BEST = "rft", "rft:best"  # the chain steps of the last round's model and of the best one on validation
+RFT = layout.RFT  # the run folder's rounds (rft/r<N>/) and the chain's note kind
+DATA = layout.RFT_DATA  # a round's SFT rows
+LAST, BEST = layout.RFT_LAST, layout.RFT_BEST  # the chain steps of the last round's model, of the best on validation
 
 
 def verified(samples: pl.DataFrame, prompts: set[str] | None = None, per_prompt: int = 4) -> pl.DataFrame:
@@ -91,7 +91,7 @@ def prompts(run: Run) -> set[str]:
 
 
 def round_dir(run: Run, r: int) -> Path:
-    return run.run_dir / RFT / f"r{r}"
+    return layout.rft_dir(run.run_dir, r)
 
 
 def rft_round(run: Run, state: ChainState, r: int) -> ChainState:
@@ -104,7 +104,7 @@ def rft_round(run: Run, state: ChainState, r: int) -> ChainState:
     from training.sft import METRICS
 
     chain, sec = run.chain(), run.recipe.rft
-    done = chain.note(RFT, f"r{r}")
+    done = chain.note(RFT, layout.round_name(r))
     if done is not None:
         return state if done.get("stopped") else dataclasses.replace(state, model=done["model"])
     t0, folder = time.perf_counter(), round_dir(run, r)
@@ -122,12 +122,12 @@ def rft_round(run: Run, state: ChainState, r: int) -> ChainState:
                               "solved_prompts": kept[S.PROBLEM_ID].n_unique()}  # fmt: skip
     if kept.height == 0:
         run.echo(f"[chain] rft round {r}: no verified sample of {len(ids)} prompts x {sec.n}: nothing to learn from")
-        chain.note(RFT, f"r{r}", {**record, "stopped": "no verified sample"})
+        chain.note(RFT, layout.round_name(r), {**record, "stopped": "no verified sample"})
         return state
     data = folder / DATA
     if not data.is_file():
         io.write_parquet(_sft_rows(run, kept, section.get("instruction")), data)
-    out = folder / "sft"
+    out = folder / layout.SFT
     if run_folder.finished(out, METRICS) is None:
         lineage = {**chain_lineage(run), "rft_round": r, "rft_data": str(data), "rft_parent": state.model,
                    "rft_samples": {"ledger_model": name, "n": sec.n, "per_prompt": sec.per_prompt}}  # fmt: skip
@@ -136,7 +136,7 @@ def rft_round(run: Run, state: ChainState, r: int) -> ChainState:
     model = str(out / run_folder.FINAL)
     ev = _validate(run, model)
     record = {**record, "model": model, **ev, "wall_s": round(time.perf_counter() - t0, 1)}
-    chain.note(RFT, f"r{r}", record)
+    chain.note(RFT, layout.round_name(r), record)
     run.echo(f"[chain] rft round {r}: {record['rows']} verified samples of {record['solved_prompts']} of "
              f"{len(ids)} prompts ({record['correct']} correct of {record['samples']}); {sec.split} pass@1 "
              f"{ev['pass_at_1']:.3f} ± {ev['stderr']:.3f}  [{record['wall_s']:.0f} s]")  # fmt: skip
@@ -169,8 +169,8 @@ def _validate(run: Run, model: str) -> dict[str, Any]:
 
 def spent(run: Run) -> float:
     """CPU-seconds the RFT rounds took so far, over every invocation (the chain's ``timings`` of ``rft:r*``)."""
-    return sum(float(t.get("cpu_s", 0.0)) for t in run.chain().notes.get("timings", [])
-               if t["name"].startswith(f"{RFT}:r"))  # fmt: skip
+    return sum(float(t.get("cpu_s", 0.0)) for t in run.chain().notes.get(layout.TIMINGS, [])
+               if layout.is_rft_round(t["name"]))  # fmt: skip
 
 
 Step = Callable[..., Any]
@@ -186,23 +186,25 @@ def rft_rounds(run: Run, step: Step, state: ChainState) -> tuple[ChainState, dic
     heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=sec.limit, sources=run.recipe.eval.sources)
     start, stopped = state, f"{sec.rounds} rounds"
     for r in range(1, sec.rounds + 1):
-        if run.chain().note(RFT, f"r{r}") is None and sec.cpu_budget is not None and r > 1:
+        if run.chain().note(RFT, layout.round_name(r)) is None and sec.cpu_budget is not None and r > 1:
             used = spent(run)
             if used >= sec.cpu_budget:
                 stopped = f"the CPU budget: {used:.0f} of {sec.cpu_budget:.0f} CPU-s after {r - 1} rounds"
                 break
-        state = step(f"{RFT}:r{r}", rft_round, run, state, r)
-        if (run.chain().note(RFT, f"r{r}") or {}).get("stopped"):
+        state = step(layout.rft_step(r), rft_round, run, state, r)
+        if (run.chain().note(RFT, layout.round_name(r)) or {}).get("stopped"):
             stopped = f"round {r} had no verified sample"
             break
-    rounds = [n for r in range(1, sec.rounds + 1) if (n := run.chain().note(RFT, f"r{r}")) and "model" in n]
+    rounds = [
+        n for r in range(1, sec.rounds + 1) if (n := run.chain().note(RFT, layout.round_name(r))) and "model" in n
+    ]
     if not rounds:
         raise InputError(f"rft: {start.model} has no verified sample on the RL prompts: nothing to fine-tune on")
     best = max(reversed(rounds), key=lambda n: n["pass_at_1"])  # the later round on a tie
     note = {"rounds": [n["name"] for n in rounds], "last": rounds[-1]["name"], "best": best["name"],
             "last_step": LAST, "best_step": LAST if best is rounds[-1] else BEST, "stopped": stopped,
             "cpu_s": round(spent(run), 1), "cpu_budget": sec.cpu_budget}  # fmt: skip
-    run.chain().note(RFT, "rounds", note)
+    run.chain().note(RFT, layout.ROUNDS, note)
     run.echo(f"[chain] rft: {len(rounds)} round(s), stopped by {stopped}; {sec.split} pass@1 by round "
              + ", ".join(f"{n['name']} {n['pass_at_1']:.3f}" for n in rounds)
              + f"; the best: {best['name']}, the last: {rounds[-1]['name']}")  # fmt: skip

@@ -52,7 +52,7 @@ from curate.curriculum.sampler import POLICIES, SamplerConfig
 from curate.errors import ConfigError, InputError
 from curate.manifest import file_hash
 from curate.rollout.backends import ENGINES, check_engine
-from training import run_folder
+from training import layout, run_folder
 from training.ladder import LadderConfig
 from training.rl_records import LedgerWriter, MetricsLog
 from training.sft import TRACKERS, trackers
@@ -62,8 +62,8 @@ LOSS_TYPES = ("grpo", "dapo", "cispo")
 CISPO_DEFAULT_CAP = 5.0  # ScaleRL's eps_max (4-8 equivalent, METHODS §4.3); TRL's recommended value
 SCALE_REWARDS = ("group", "batch", "none")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-CONFIG, SUMMARY = "config.json", "summary.json"  # the run folder's identity and result files
-OPTIMIZER = "optimizer.pt"  # Adam's state after the last step (``carry_optimizer``)
+CONFIG, SUMMARY = layout.RL_CONFIG, layout.SUMMARY  # the run folder's identity and result files
+OPTIMIZER = layout.OPTIMIZER  # Adam's state after the last step (``carry_optimizer``)
 
 
 # --------------------------------------------------------------------------------------------------- config
@@ -453,7 +453,7 @@ def train_rl(
     checkpoint = run_folder.last_checkpoint(out_dir / run_folder.CHECKPOINTS, required=(run_folder.SAMPLER_STATE,))
     resume_step = run_folder.checkpoint_step(checkpoint) if checkpoint else 0
     at_end = run_folder.at_end(checkpoint)  # trained to the end before: the final model is that checkpoint's
-    metrics_log = MetricsLog(out_dir / "metrics.parquet", resume_step) if state.is_main_process else None
+    metrics_log = MetricsLog(out_dir / layout.METRICS, resume_step) if state.is_main_process else None
 
     ledger = _ledger_writer(cfg, home, pool, ledger_model, run_id) if state.is_main_process else None
     trainer = build_trainer(

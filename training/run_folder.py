@@ -28,6 +28,7 @@ from curate import io
 from curate.errors import CurateError, InputError
 from curate.manifest import file_hash
 from curate.rollout import model_check
+from training import layout
 
 
 # the one model check, shared with ``curate rollout``; the steps call it as ``run_folder.check_model``
@@ -36,11 +37,10 @@ check_files, check_weights, check_model = model_check.check_files, model_check.c
 check_shapes, weight_files, damage = model_check.check_shapes, model_check.weight_files, model_check.damage
 read_files = model_check.read_files
 
-CHECKPOINTS = "checkpoints"
-PREFIX = "checkpoint-"  # the Trainer's checkpoint folder names
-FINAL = "final"
-SAMPLER_STATE = "sampler_state.json"  # an RL checkpoint's curriculum position (training.grpo_trainer writes it)
-TRAINER_STATE = "trainer_state.json"
+# the step folder's names (``training.layout``): checkpoints/checkpoint-N/, final/, an RL checkpoint's curriculum
+# position (training.grpo_trainer writes it), the Trainer's state
+CHECKPOINTS, PREFIX, FINAL = layout.CHECKPOINTS, layout.PREFIX, layout.FINAL
+SAMPLER_STATE, TRAINER_STATE = layout.SAMPLER_STATE, layout.TRAINER_STATE
 # transformers' Trainer pickles its TrainingArguments here (output_dir, logging_dir: this machine's paths) and never
 # reads it back (a resume reads trainer_state.json, the optimizer, scheduler and RNG states): dropped from every
 # checkpoint and final model before its record (``drop_machine_files``)
@@ -192,8 +192,9 @@ def save_callback() -> Any:
     class RecordCheckpoint(TrainerCallback):
         def on_save(self, args, state, control, **kwargs):
             if state.is_world_process_zero:
-                drop_machine_files(Path(args.output_dir) / f"{PREFIX}{state.global_step}")
-                record_files(Path(args.output_dir) / f"{PREFIX}{state.global_step}")
+                saved = Path(args.output_dir) / layout.checkpoint_name(state.global_step)
+                drop_machine_files(saved)
+                record_files(saved)
 
     return RecordCheckpoint()
 
@@ -255,13 +256,11 @@ def _warn(message: str) -> None:
 def checkpoints(folder: Path) -> list[Path]:
     """Every ``checkpoint-N`` folder under ``folder`` in step order."""
     folder = Path(folder)
-    found = [p for p in folder.glob(f"{PREFIX}*") if p.name[len(PREFIX) :].isdigit()] if folder.is_dir() else []
+    found = [p for p in folder.glob(f"{PREFIX}*") if checkpoint_step(p) is not None] if folder.is_dir() else []
     return sorted(found, key=checkpoint_step)
 
 
-def checkpoint_step(path: Path) -> int:
-    """N of ``checkpoint-N``."""
-    return int(Path(path).name.split("-")[-1])
+checkpoint_step = layout.checkpoint_step  # N of ``checkpoint-N``
 
 
 def stage_compute(stage_dir: Path) -> dict[int, float]:
@@ -269,7 +268,7 @@ def stage_compute(stage_dir: Path) -> dict[int, float]:
     number itself where tokens were not logged."""
     import polars as pl
 
-    path = Path(stage_dir) / "metrics.parquet"
+    path = Path(stage_dir) / layout.METRICS
     if not path.is_file():
         return {}
     df = pl.read_parquet(path)

@@ -49,19 +49,9 @@ pinned down, or A above the current pass rate by more than the margin) it **cont
 a pass ends (all stages, or a stop), a **CoScale iteration** follows while ``coscale_iterations`` allows
 (CoScale-RL §2.2, one iteration = re-measure, scale data, RL again: ``training.coscale``).
 
-Run folder (``runs/<name>`` under the workspace unless ``--out``)::
-
-    recipe.json   the resolved recipe          chain.json  every step: model folder, pass rate, wall time;
-    init/ sft/    models (``final/`` inside)               decisions, CoScale notes, the lineage
-    rl/NN-<stage>/  train_rl run folders       coscale/itN/  pools snapshot, restricted shards, SFT rows, sft/
-    eval.parquet  RL eval curve (step, compute, pass_at_1, stderr)   metrics.parquet  RL metrics of every stage
-    fit.json, training.png, eval.png, fit.png  the fit and the figures      summary.json  the run's summary
-    evals/<step>[@T<t>].parquet  per-problem held-out results of each step (and temperature; a stage's checkpoints
-                  at the eval temperature as <step>-step<N>.parquet); summary.json's
-                  ``gain_over_sft`` pairs the last RL model with the SFT model on them (gain, paired SE, z, per
-                  ``eval.by`` group and temperature); ``<name>.samples.parquet`` beside each: every sample
-    data/         the run's own copy of its SFT rows and curriculum (pinned.json: sources and hashes)
-    run.lock      one writer at a time
+The run folder (``runs/<name>`` under the workspace unless ``--out``): its one picture, every name in it and the
+step names are in ``training.layout``. summary.json's ``gain_over_sft`` pairs the last RL model with the SFT model
+on their ``evals/`` tables (gain, paired SE, z, per ``eval.by`` group and temperature).
 
 Lineage: every model folder the chain trains (SFT, RL stages, re-distillation) gets the chain's lineage in its card
 and ``lineage.json`` (``chain_lineage``: pool, selection, curriculum, solutions table, resolved recipe, run folder;
@@ -84,7 +74,7 @@ from typing import Any
 
 from curate import io
 from curate.progress import status_file
-from training import rl, run_folder
+from training import layout, rl, run_folder
 from training.chain import ChainState, Run, chain_lineage, check_launch, open_run, pin_data, run_lock, sft_step
 from training.choose import choose_sft
 from training.coscale import coscale_measure, coscale_sft, coscale_solutions, coscale_stages
@@ -122,7 +112,7 @@ def _eval(
 
     sec = run.recipe.eval
     if limit is None:
-        limit = sec.init_limit if save_as == "init" and sec.init_limit is not None else sec.limit
+        limit = sec.init_limit if save_as == layout.INIT and sec.init_limit is not None else sec.limit
     heldout = heldout_problems(run.ws, run.recipe.pool, split=sec.split, limit=limit, sources=sec.sources)
     result = evaluate(model_dir, heldout, sec.config(limit), progress=True)
     out = {k: result[k] for k in ("pass_at_1", "stderr", "n_problems", "k", "warning", "sampler") if k in result}
@@ -130,7 +120,7 @@ def _eval(
         return out
     keep_eval(run.run_dir, save_as, result)
     start = run.recipe.sft is None and run.recipe.model != "tiny"  # a start SFT'd elsewhere: RL's baseline
-    if others and (save_as != "init" or start):  # at other temperatures (a from-scratch model scores 0 at any)
+    if others and (save_as != layout.INIT or start):  # at other temperatures (a from-scratch model scores 0 at any)
         for temperature in sec.temperatures:
             cfg = dataclasses.replace(sec.config(limit), temperature=temperature)
             other = evaluate(model_dir, heldout, cfg, progress=True)
@@ -141,7 +131,7 @@ def _eval(
 
 def stage_dir(run: Run, stage: StagePlan, iteration: int = 0) -> Path:
     """``rl/NN-<stage>`` in the first pass, ``rl/itN-NN-<stage>`` in CoScale iteration N."""
-    return run.run_dir / "rl" / (f"it{iteration}-{stage.folder}" if iteration else stage.folder)
+    return layout.stage_dir(run.run_dir, stage.folder, iteration)
 
 
 # --------------------------------------------------------------------------------------------------- steps
@@ -184,7 +174,7 @@ def init_model(run: Run) -> ChainState:
         from training.card import CARD
         from training.tiny import init_tiny
 
-        init_dir = run.run_dir / "init"
+        init_dir = run.run_dir / layout.INIT
         if not (init_dir / CARD).is_file():
             init_tiny(init_dir, recipe.tiny)
         model = str(init_dir)
@@ -194,7 +184,7 @@ def init_model(run: Run) -> ChainState:
         model = start_model(run)
     pending = None
     if Path(model).exists():  # a hub model is not evaluated before training
-        pending = {"step": "init", "model": model, "wall_s": time.perf_counter() - t0}
+        pending = {"step": layout.INIT, "model": model, "wall_s": time.perf_counter() - t0}
     return ChainState(model=model, initial=model, pending=pending)
 
 
@@ -210,13 +200,13 @@ def sft(run: Run, state: ChainState) -> ChainState:
     if run.recipe.sft is None:
         return state
     data = run.pinned("sft") or resolve_path(run.ws, run.recipe.sft.data)
-    return sft_step(run, state, "sft", run.run_dir / "sft", data, early_stop=True)
+    return sft_step(run, state, layout.SFT, run.run_dir / layout.SFT, data, early_stop=True)
 
 
 def choose(run: Run, state: ChainState) -> ChainState:
     """With ``sft.validation``, the SFT model is its best checkpoint on the validation split (``training.choose``;
     its own step, so its evaluations are not counted as SFT's compute)."""
-    return choose_sft(run, state, run.run_dir / "sft")
+    return choose_sft(run, state, run.run_dir / layout.SFT)
 
 
 def rl_stage(run: Run, state: ChainState, stage: StagePlan) -> ChainState:
@@ -229,7 +219,7 @@ def rl_stage(run: Run, state: ChainState, stage: StagePlan) -> ChainState:
     if run_folder.finished(folder, rl.SUMMARY) is None:
         ledger = {"ledger_model": stage.rl.ledger_model or run.ledger_model(folder)}  # unique per run
         cfg = stage_rl(stage.rl, ledger, where=f"stages.{stage.name}")
-        follows_rl = state.last_stage is not None and state.model == str(Path(state.last_stage) / "final")
+        follows_rl = state.last_stage is not None and state.model == str(layout.final(state.last_stage))
         carried = Path(state.last_stage) / rl.OPTIMIZER if cfg.carry_optimizer and follows_rl else None
         if stage.resume:  # a rung of the rollout ladder: exactly where the previous rung stopped, Adam included
             carried = Path(stage.resume) / rl.OPTIMIZER
@@ -238,18 +228,18 @@ def rl_stage(run: Run, state: ChainState, stage: StagePlan) -> ChainState:
             "home": str(run.ws.root), "pool": recipe.pool, "lineage": lineage,
             "optimizer_from": str(carried) if carried else None, "continue_from": stage.resume,
         }, recipe.launch)  # fmt: skip
-    stamp_lineage(folder / "final", lineage)  # no-op when the step wrote it
+    stamp_lineage(layout.final(folder), lineage)  # no-op when the step wrote it
     compute = run_folder.stage_compute(folder)
     steps = max(compute, default=0)
     pending = {
-        "step": rl_step_name(stage, state.iteration), "model": str(folder / "final"), "kind": "rl",
+        "step": rl_step_name(stage, state.iteration), "model": str(layout.final(folder)), "kind": "rl",
         "stage_dir": str(folder), "wall_s": time.perf_counter() - t0, "rl_steps": steps,
         "offset_step": state.offset_step, "offset_compute": state.offset_compute,
         "compute": state.offset_compute + compute.get(steps, 0),
         "eval_compute": state.offset_compute + compute.get(steps, steps),
     }  # fmt: skip
     return dataclasses.replace(
-        state, model=str(folder / "final"), last_stage=str(folder), pending=pending,
+        state, model=str(layout.final(folder)), last_stage=str(folder), pending=pending,
         offset_step=state.offset_step + steps, offset_compute=state.offset_compute + compute.get(steps, float(steps)),
     )  # fmt: skip
 
@@ -259,7 +249,7 @@ def redistill(run: Run, state: ChainState) -> ChainState:
     recipe = run.recipe
     if recipe.redistill is None or state.last_stage is None:
         return state
-    rd_dir = run.run_dir / "redistill"
+    rd_dir = run.run_dir / layout.REDISTILL
     t0 = time.perf_counter()
     lineage = chain_lineage(run, state.iteration)
     from curate.rollout import ledger as rollout_ledger
@@ -274,8 +264,8 @@ def redistill(run: Run, state: ChainState) -> ChainState:
             "problems": str(run.ws.table(recipe.pool, "problems")),
             "config": dataclasses.asdict(recipe.redistill), "lineage": lineage,
         }, recipe.launch)  # fmt: skip
-    stamp_lineage(rd_dir / "final", lineage)
-    pending = {"step": "redistill", "model": str(rd_dir / "final"), "wall_s": time.perf_counter() - t0}
+    stamp_lineage(layout.final(rd_dir), lineage)
+    pending = {"step": layout.REDISTILL, "model": str(layout.final(rd_dir)), "wall_s": time.perf_counter() - t0}
     return dataclasses.replace(state, pending=pending)  # the policy stays the RL model; this one is a by-product
 
 
@@ -366,7 +356,7 @@ def decide(run: Run, state: ChainState, after: str) -> dict[str, Any]:
     from training.scaling import fit_sigmoid
 
     chain = run.chain()
-    done = chain.note("decisions", after)
+    done = chain.note(layout.DECISIONS, after)
     if done is not None:
         return done
     margin = run.recipe.decide.stop_margin if run.recipe.decide else 0.0
@@ -378,8 +368,8 @@ def decide(run: Run, state: ChainState, after: str) -> dict[str, Any]:
     except (ValueError, RuntimeError) as exc:
         fit = None
         run.echo(f"[chain] decide after {after}: no fit ({exc})")
-    rec = chain.note("decisions", after, {**decision(fit, pass_now, margin), "after": after, "points": curve.height,
-                                          "fit": fit})  # fmt: skip
+    rec = chain.note(layout.DECISIONS, after, {**decision(fit, pass_now, margin), "after": after,
+                                               "points": curve.height, "fit": fit})  # fmt: skip
     run.echo(f"[chain] decide after {after}: {rec['action']} ({rec['reason']})")
     return rec
 
@@ -435,10 +425,10 @@ def add_timing(run: Run, name: str, now: dict[str, float]) -> dict[str, Any]:
     before the resume (bench_curation's equal-CPU baselines divided by that 0). A step killed before it ended adds
     nothing: its CPU up to the kill is not counted."""
     chain = run.chain()
-    before = chain.note("timings", name) or {}
+    before = chain.note(layout.TIMINGS, name) or {}
     total = {k: round(float(before.get(k, 0.0)) + v, 3 if k != "cpu_s" else 1) for k, v in now.items()}
     total["invocations"] = int(before.get("invocations", 0)) + 1
-    chain.note("timings", name, total)
+    chain.note(layout.TIMINGS, name, total)
     return total
 
 
@@ -465,10 +455,11 @@ def _rl_passes(run: Run, step: Call, state: ChainState) -> ChainState:
         state = _rl_pass(run, step, state, todo, mode == PARALLEL)
         if recipe.decide is None or state.iteration >= recipe.decide.coscale_iterations:
             return state
-        state = step(f"it{state.iteration + 1}:measure", coscale_measure, run, state)
-        state = step(f"it{state.iteration}:solutions", coscale_solutions, run, state)
-        state = step(f"it{state.iteration}:sft", coscale_sft, run, state)
-        state = step(f"eval it{state.iteration}:sft", evaluate_model, run, state)
+        state = step(layout.in_iteration(layout.MEASURE, state.iteration + 1), coscale_measure, run, state)
+        state = step(layout.in_iteration(layout.SOLUTIONS, state.iteration), coscale_solutions, run, state)
+        sft_name = layout.in_iteration(layout.SFT, state.iteration)
+        state = step(sft_name, coscale_sft, run, state)
+        state = step(f"eval {sft_name}", evaluate_model, run, state)
 
 
 def context_fit_note(run: Run, state: ChainState, stages: list[StagePlan]) -> list[dict[str, Any]]:
@@ -478,7 +469,7 @@ def context_fit_note(run: Run, state: ChainState, stages: list[StagePlan]) -> li
     of ``chain.json``."""
     if not stages:
         return []
-    measured = run.chain().note("measure", "sft")
+    measured = run.chain().note(layout.MEASURE, layout.SFT)
     model = measured["ledger_model"] if measured else run.measured_model(state.model)
     answers, what = measured_answers(run.ws, run.recipe.pool, model), "measured"
     if not answers:  # no sample of the starting model: its tokens of the prompts' reference solutions
@@ -487,7 +478,7 @@ def context_fit_note(run: Run, state: ChainState, stages: list[StagePlan]) -> li
     fits = context_fit(stages, answers)
     for line in fit_lines(fits, what):
         run.echo(f"[chain] {line}")
-    run.chain().note("context", "rl", {"model": model, "answers": what, "stages": fits})
+    run.chain().note(layout.CONTEXT, layout.RL, {"model": model, "answers": what, "stages": fits})
     return fits
 
 
@@ -575,10 +566,10 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
         run.stages()  # validated before any model work (with ``measure`` the curriculum is built after SFT)
 
     # 2. the starting model, 3. SFT, the SFT model's own pass rates over the RL candidates
-    state = step("init", init_model, run)
+    state = step(layout.INIT, init_model, run)
     state = step("eval init", evaluate_model, run, state)
     if recipe.sft is not None:
-        state = step("sft", sft, run, state)
+        state = step(layout.SFT, sft, run, state)
         state = step("choose sft", choose, run, state)
         state = step("eval sft", evaluate_model, run, state)
     if recipe.measure is not None:
@@ -591,7 +582,7 @@ def _run_steps(run: Run, call: Call, curate: bool) -> dict[str, Any]:
 
     # 5. re-distillation of the starting model on the last stage's correct rollouts
     if recipe.redistill is not None:
-        state = step("redistill", redistill, run, state)
+        state = step(layout.REDISTILL, redistill, run, state)
         state = step("eval redistill", evaluate_model, run, state)
 
     # 6. fit and figures, 7. summary

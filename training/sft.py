@@ -41,13 +41,11 @@ from curate import schema as S
 from curate.config import from_mapping, placement
 from curate.errors import ConfigError, InputError
 from curate.manifest import file_hash, fingerprint, read_manifest
-from training import plateau, run_folder
+from training import layout, plateau, run_folder
 from training.plateau import EarlyStop
 
 
-QUARANTINE = "quarantine.parquet"
-METRICS = "metrics.json"
-RUN = "run.json"
+QUARANTINE, METRICS, RUN = layout.SFT_QUARANTINE, layout.SFT_METRICS, layout.SFT_RUN  # its step folder's records
 TOO_LONG, MALFORMED = "too_long", "malformed"
 
 

@@ -30,11 +30,12 @@ from curate import io
 from curate.console import STORAGE, disk_full_text
 from curate.errors import CurateError
 from curate.progress import set_status
+from training import layout
 
 
-STEP_LOG = "step.log"  # a training step's output, beside its run folder's files
+STEP_LOG = layout.STEP_LOG  # a training step's output, beside its run folder's files
 STEP_LINE = re.compile(r"\b(?:sft|rl) step (\d+)/(\d+)")  # a training step's progress line (training.sft, .rl)
-RUNNING = "running.json"  # what a live run is doing, how far (curate.progress.status_file; ``training show``)
+RUNNING = layout.RUNNING  # what a live run is doing, how far (curate.progress.status_file; ``training show``)
 FULL_HINT = STORAGE[errno.ENOSPC]  # "free some space, then run the command again: finished work is kept"
 FULL_MARK = "curate-rl step: disk full: "  # the line a step's process prints for a full disk (``child_main``)
 
@@ -104,11 +105,11 @@ def run_step(spec: Mapping[str, Any], launch: list[str] | None = None) -> dict[s
     log) when it fails.
     """
     out = Path(spec["out"])
-    spec_path = out / "step_spec.json"
+    spec_path = out / layout.STEP_SPEC
     out.mkdir(parents=True, exist_ok=True)
     io.remove_temp(out)
     io.write_json(spec_path, dict(spec))
-    result_path = spec_path.with_name("step_result.json")
+    result_path = spec_path.with_name(layout.STEP_RESULT)
     result_path.unlink(missing_ok=True)
     cmd = [*(launch or [sys.executable]), "-m", "training.step", str(spec_path)]
     log = out / STEP_LOG
@@ -290,8 +291,8 @@ def step_main(spec_path: Path) -> None:
 
     if PartialState().is_main_process:
         if spec.get("lineage") and kind != "sft":  # train_sft writes it itself; the others get it added here
-            stamp_lineage(out / "final", spec["lineage"])
-        io.write_json(spec_path.with_name("step_result.json"), io.jsonable(result))
+            stamp_lineage(layout.final(out), spec["lineage"])
+        io.write_json(spec_path.with_name(layout.STEP_RESULT), io.jsonable(result))
 
 
 def stamp_lineage(model_dir: str | Path, lineage: Mapping[str, Any]) -> bool:
