@@ -54,9 +54,11 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from training import layout
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,15 +75,14 @@ _STEP = re.compile(r"^(Add|Subtract|Multiply by) \$", re.MULTILINE)
 BEST_EVERY = 4  # a baseline keeps this many checkpoints evenly over its steps, for its best one on validation
 FINAL_STEP = "sft-final"
 EXTRA: dict[str, list[str]] = {"all": [], "raw": [], "curated": []}  # --set / --raw-set / --curated-set items
-_MERGE = re.compile(r"merge:(\d+)of\d+$")
 
 
 def run_dir(home: Path, arm: str, seed: int) -> Path:
-    return home / "runs" / f"{arm}-seed{seed}"
+    return layout.run_dir(home, f"{arm}-seed{seed}")
 
 
 def finished(home: Path, arm: str, seed: int) -> bool:
-    return (run_dir(home, arm, seed) / "summary.json").is_file()
+    return (run_dir(home, arm, seed) / layout.SUMMARY).is_file()
 
 
 def summary(home: Path, arm: str, seed: int) -> dict[str, Any]:
@@ -102,11 +103,11 @@ def rl_records(home: Path, arm: str, seed: int) -> list[dict[str, Any]]:
     return [r for r in chain(home, arm, seed).steps if "rl_steps" in r]
 
 
-def step_cpu(summ: dict[str, Any], prefix: str, exact: bool = False) -> float:
-    """CPU seconds of the chain steps whose name starts with ``prefix`` (``training.runner`` timings); ``exact``:
-    the step of that name only (``rl:g`` is a prefix of its ladder's next rung, ``rl:g@n16``)."""
-    return sum(t.get("cpu_s", 0.0) for t in summ["timings"]
-               if (t["step"] == prefix if exact else t["step"].startswith(prefix)))  # fmt: skip
+def step_cpu(summ: dict[str, Any], prefix: str | Callable[[str], bool], exact: bool = False) -> float:
+    """CPU seconds of the chain steps (``training.runner`` timings) whose name starts with ``prefix`` (``exact``: is
+    it), or for which it says True (``layout.first_pass_rl``: every RL stage and rung of the first pass)."""
+    chosen = prefix if callable(prefix) else lambda step: step == prefix if exact else step.startswith(prefix)
+    return sum(t.get("cpu_s", 0.0) for t in summ["timings"] if chosen(t["step"]))
 
 
 # --------------------------------------------------------------------------------------------------- the arms
@@ -115,19 +116,19 @@ def baseline_steps(home: Path, seed: int) -> int:
     from training.sft import read_metrics
 
     s = summary(home, "curated", seed)
-    metrics = read_metrics(run_dir(home, "curated", seed) / "sft")
-    sft_cpu = step_cpu(s, "sft", exact=True)
+    metrics = read_metrics(run_dir(home, "curated", seed) / layout.SFT)
+    sft_cpu = step_cpu(s, layout.SFT, exact=True)
     if not sft_cpu:  # a run resumed by code older than training.runner.add_timing: its summary lost the SFT step's
         sft_cpu = metrics["wall_s"]  # CPU; the training loop's wall time (one thread, at least its CPU) stands in
         print(f"    curated seed {seed}: its summary has no CPU for sft (resumed); SFT's training wall time stands in")
     sft_cpu -= metrics.get("validation_cpu_s") or 0.0  # the early stop's validation points (training.plateau)
-    return max(1, round(step_cpu(s, "rl:") / (sft_cpu / metrics["steps"])))
+    return max(1, round(step_cpu(s, layout.first_pass_rl) / (sft_cpu / metrics["steps"])))
 
 
 def sft_model(home: Path, arm: str, seed: int) -> str:
     """The SFT model an arm's RL started from: its chain's ``sft`` record (``sft/best``, the checkpoint chosen on the
     validation split, when the recipe has ``sft.validation``; else ``sft/final``)."""
-    return chain(home, arm, seed).get("sft")["model"]
+    return chain(home, arm, seed).get(layout.SFT)["model"]
 
 
 def evaluate_final(run: Path, home: Path) -> None:
@@ -147,12 +148,12 @@ def evaluate_final(run: Path, home: Path) -> None:
     for temperature in (None, *sec.temperatures):  # as the chain evaluates a last model: at each temperature
         cfg = sec.config(sec.limit)
         cfg = cfg if temperature is None else dataclasses.replace(cfg, temperature=temperature)
-        keep_eval(run, FINAL_STEP, evaluate(run / "sft" / "final", problems, cfg, progress=True), temperature)
+        keep_eval(run, FINAL_STEP, evaluate(layout.final(run / layout.SFT), problems, cfg, progress=True), temperature)
 
 
 def measured(home: Path, seed: int) -> tuple[str, str]:
     """The curated run's ``measure``: the ledger model its rollouts went to, and the selection it made."""
-    note = chain(home, "curated", seed).notes["measure"][0]
+    note = chain(home, "curated", seed).notes[layout.MEASURE][0]
     return note.get("ledger_model", note["model"]), note["select"]["selection"]  # the ledger's name for the model
 
 
@@ -169,12 +170,13 @@ def commands(arm: str, home: Path, seed: int) -> list[list[str]]:
     if arm in START:  # the curated recipe's measure and RL from another arm's chosen SFT model; rft-iter: iterated
         sets = [f"model={sft_model(home, START[arm], seed)}", "sft=null", f"name=tiny-{arm}"]  # RFT instead, on the
         if arm == "rft-iter":  # prompts rlopt's RL trained on (its measured curriculum), for that RL's CPU-seconds
-            cpu, note = step_cpu(summary(home, "rlopt", seed), "rl:"), chain(home, "rlopt", seed).notes["measure"][0]
+            cpu = step_cpu(summary(home, "rlopt", seed), layout.first_pass_rl)
+            note = chain(home, "rlopt", seed).notes[layout.MEASURE][0]
             sets += ["measure=null", f"curriculum={note['curriculum']}", f"rft.cpu_budget={max(cpu, 1):.0f}",
                      *RFT_SETS]  # fmt: skip
         return [[*py, "training.cli", "run", "--recipe", CURATED, *out, *(x for s in sets for x in ("--set", s))]]
     base = run_dir(home, "curated", seed)
-    data = str(base / "data" / "sft.parquet")
+    data = str(layout.pinned_path(base, "sft"))
     cmds = []
     if arm == "rft":
         model, selection = measured(home, seed)
@@ -283,10 +285,10 @@ def steps_of(home: Path, arm: str, seed: int) -> dict[str, str]:
     from training.outcome import checkpoint_eval, eval_path
 
     rl = [r for r in rl_records(home, arm, seed) if r.get("curve", True)]
-    out = {"sft": "sft", "end": rl[-1]["step"] if rl else "sft"}
+    out = {"sft": layout.SFT, "end": rl[-1]["step"] if rl else layout.SFT}
     if not rl and eval_path(run_dir(home, arm, seed), FINAL_STEP).is_file():
-        out.update(end=FINAL_STEP, best="sft")  # a baseline: its last model (equal CPU), the one chosen on validation
-    if rft := chain(home, arm, seed).note("rft", "rounds"):  # iterated RFT: its last round, its best on validation
+        out.update(end=FINAL_STEP, best=layout.SFT)  # a baseline: its equal-CPU last model, its choice on validation
+    if rft := chain(home, arm, seed).note(layout.RFT, layout.ROUNDS):  # iterated RFT: last round, best on validation
         out.update(end=rft["last_step"], best=rft["best_step"])
     groups: list[str] = []
     for r in rl:  # stage ends (a merge: 0 steps of its own), and checkpoints evaluated inside a stage (eval.every)
@@ -302,10 +304,10 @@ def group_point(step: str, groups: list[str]) -> str:
     """``groupsK`` for a pass's model at chain step ``step``: a merge of the first K parallel groups
     (``merge:2of3``), else a stage (or a rung of it, ``rl:<stage>@n16``) whose stage is the K-th of ``groups`` (the
     stages seen so far, in order; appended to)."""
-    m = _MERGE.search(step)
-    if m:
-        return f"groups{m.group(1)}"
-    stage = step.split("@")[0]
+    parsed = layout.parse_step(step)
+    if parsed.kind == layout.MERGES:
+        return f"groups{parsed.count}"
+    stage = parsed.stage_step
     if stage not in groups:
         groups.append(stage)
     return f"groups{groups.index(stage) + 1}"
@@ -332,23 +334,21 @@ def headroom(home: Path, arm: str, seed: int) -> dict[str, Any] | None:
     from fresh samples against what RL met (the summary's ``zero_variance``)."""
     import polars as pl
 
-    from curate import io
     from curate import schema as S
+    from curate.score.headroom import read_report
 
-    folder = run_dir(home, arm, seed) / "headroom"
-    if not (folder / "headroom.json").is_file():
+    report = read_report(run_dir(home, arm, seed) / layout.HEADROOM)
+    if report is None:
         return None
-    said = io.read_json(folder / "headroom.json")
-    measured = set(pl.read_parquet(folder / "headroom-prompts.parquet")[S.PROBLEM_ID])
+    measured, suspects = set(report["prompts"][S.PROBLEM_ID]), report["suspects"]
     problems = pl.read_parquet(home / "pools" / "tiny" / "problems.parquet")
     golds = [(w or {}).get("gold") for w in S.meta_values(problems[S.META], "waste")]
     wrong = {p for p, g in zip(problems[S.PROBLEM_ID], golds, strict=True) if g} & measured
-    suspects = pl.read_parquet(folder / "headroom-suspects.parquet")
     flagged = set(suspects[S.PROBLEM_ID])
     by_reason = {}
     for reason, ids in suspects.group_by("reason").agg(pl.col(S.PROBLEM_ID)).iter_rows():
         by_reason[reason] = {"flagged": len(ids), "right": len(set(ids) & wrong)}
-    totals = said["totals"]
+    totals = report["summary"]["totals"]
     waste = summary(home, arm, seed).get("zero_variance") or {}
     return {"prompts": totals["prompts"], "middle": totals["rl"] / totals["prompts"], "ceiling": totals["rl_ceiling"],
             "wrong_golds": len(wrong), "flagged": len(flagged), "recall": len(flagged & wrong) / len(wrong) if wrong
@@ -439,9 +439,9 @@ def curve(home: Path, arm: str, seed: int, sft_run: str | None = None) -> list[t
     from training.rl import read_config
 
     s = summary(home, arm, seed)
-    note = chain(home, arm, seed).notes.get("measure") or [{}]
+    note = chain(home, arm, seed).notes.get(layout.MEASURE) or [{}]
     start_rollouts = float((note[0].get("rollout") or {}).get("samples_generated", 0) or 0)
-    start_cpu = step_cpu(s, "measure")
+    start_cpu = step_cpu(s, layout.MEASURE)
     sft = rate(table(home, sft_run or arm, seed, "sft"))
     pts = [(0.0, 0.0, sft), (start_rollouts, start_cpu, sft)]  # the SFT model needs no rollouts
     rollouts, cpu = start_rollouts, start_cpu

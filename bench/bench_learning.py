@@ -52,6 +52,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from training import layout, run_folder  # noqa: E402 (from this checkout, the line above)
+
 
 def cpu_s() -> float:
     """CPU seconds of this process (all threads) plus its terminated, waited-for children."""
@@ -280,7 +282,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict:
 
     with phase("data"):
         sets = build_sets(args, seed)
-        paths = write_sets(sets, out / "data", seed, args)
+        paths = write_sets(sets, out / layout.DATA, seed, args)  # a seed's folder is laid out as a run folder
         held = pl.read_parquet(paths["held"])
     sft_lens = [p["ops"] for p in sets["sft"]]
     log(
@@ -289,7 +291,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict:
     )
 
     with phase("init"):
-        model0 = out / "init"
+        model0 = out / layout.INIT
         if not (model0 / "config.json").is_file():
             init_tiny(model0, TinyConfig(size=args.size, seed=seed))
         from transformers import AutoModelForCausalLM
@@ -299,7 +301,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict:
 
     with phase("sft"):
         sft_m = sft_model_of(args, seed, out, model0, paths["sft"])
-    sft_model = out / "sft" / "final"
+    sft_model = layout.final(out / layout.SFT)
     log(f"sft: {sft_m.get('steps')} steps, loss {sft_m.get('train_loss_first')} -> {sft_m.get('train_loss_last')}")
 
     temps = [float(t) for t in args.eval_temps.split(",")]
@@ -326,14 +328,14 @@ def sft_model_of(args: argparse.Namespace, seed: int, out: Path, model0: Path, d
     the metrics of the one another RL arm of this seed already trained."""
     from training.sft import SFTRunConfig, read_metrics, train_sft
 
-    done = read_metrics(out / "sft")
-    if done is not None and (out / "sft" / "final" / "config.json").is_file():  # another RL arm of this seed
+    done = read_metrics(out / layout.SFT)
+    if done is not None and (layout.final(out / layout.SFT) / "config.json").is_file():  # another RL arm of this seed
         return {**done, "reused": True}
     sft_cfg = SFTRunConfig(
         learning_rate=args.sft_lr, epochs=args.sft_epochs, per_device_batch_size=args.sft_batch, warmup_ratio=0.05,
         lr_scheduler="cosine", max_length=512, torch_threads=1, seed=seed, save_steps=100000, logging_steps=100,
     )  # fmt: skip
-    return train_sft(sft_cfg, model=str(model0), data=data, out_dir=out / "sft")
+    return train_sft(sft_cfg, model=str(model0), data=data, out_dir=out / layout.SFT)
 
 
 def rl_arm(args, seed, out, sft_model, rl_data, held, sft_tab, phase, log) -> dict:
@@ -357,7 +359,7 @@ def rl_arm(args, seed, out, sft_model, rl_data, held, sft_tab, phase, log) -> di
         summary = train_rl(rl_cfg, model=str(sft_model), train=rl_data, out_dir=rl_dir)
     rl_model = Path(summary["final"])
     try:
-        m = pl.read_parquet(rl_dir / "metrics.parquet")
+        m = pl.read_parquet(rl_dir / layout.METRICS)
         rew = m["reward"].to_list()
         q = max(1, len(rew) // 5)
         curve = [round(sum(rew[i : i + q]) / len(rew[i : i + q]), 3) for i in range(0, len(rew), q)]
@@ -415,7 +417,7 @@ def modes_of(args, out, sft_model, rl_model, rl_dir, held, temps, log) -> dict:
 def checkpoint_gains(args, rl_dir, held, t, sft_table, phase, log) -> dict:
     """Every RL checkpoint's held-out gain over SFT at temperature ``t``."""
     gains = {}
-    for ck in sorted((rl_dir / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])):
+    for ck in run_folder.checkpoints(rl_dir / layout.CHECKPOINTS):
         with phase("eval_ckpt"):
             tab = evaluate_at(ck, held, args, t, rl_dir / f"eval_{ck.name}_T{t}.parquet")
             g = compare(tab, sft_table)["all"]

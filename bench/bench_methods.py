@@ -80,6 +80,8 @@ from bench_curation import (
     to_target,
 )
 
+from training import layout
+
 
 EARLY = 10  # the early budget: RL steps (of 40)
 BUDGETS = (2e5, 5e5, 1e6)  # RL completion tokens at which FastCuRL's staged and one-stage arms are compared
@@ -296,10 +298,10 @@ def figures(home: Path, arm: str, seed: int) -> dict[str, Any]:
     """Rollouts, completion tokens, kept-group fraction and truncation of a run's RL stages."""
     import polars as pl
 
-    m = pl.read_parquet(run_dir(home, arm, seed) / "metrics.parquet")
+    m = pl.read_parquet(run_dir(home, arm, seed) / layout.METRICS)
     s = summary(home, arm, seed)
     return {"tokens": float(m["tokens"].max()), "kept_group_frac": float(m["kept_group_frac"].mean()),
-            "truncation_rate": float(m["truncation_rate"].mean()), "rl_cpu_s": step_cpu(s, "rl:"),
+            "truncation_rate": float(m["truncation_rate"].mean()), "rl_cpu_s": step_cpu(s, layout.first_pass_rl),
             "zero_variance": s.get("zero_variance")}  # fmt: skip
 
 
@@ -311,7 +313,7 @@ def at_tokens(home: Path, arm: str, seed: int, budgets: tuple[float, ...]) -> li
 
     ev = read_eval(run_dir(home, arm, seed)).sort("compute")
     xs = [0.0, *ev["compute"].to_list()]
-    ys = [rate(table(home, sft_arm(arm), seed, "sft")), *ev["pass_at_1"].to_list()]
+    ys = [rate(table(home, sft_arm(arm), seed, layout.SFT)), *ev["pass_at_1"].to_list()]
     return [float(np.interp(b, xs, ys, right=np.nan)) for b in budgets]
 
 
@@ -326,7 +328,7 @@ def fit_first_half(home: Path, seed: int, arm: str = "curated") -> dict[str, Any
     ev = read_eval(run_dir(home, arm, seed)).sort("step")
     if ev.height < 4:
         return None
-    r0 = rate(table(home, sft_arm(arm), seed, "sft"))
+    r0 = rate(table(home, sft_arm(arm), seed, layout.SFT))
     end = ev.row(-1, named=True)
     half = ev.filter(pl.col("compute") <= end["compute"] / 2)
     flat = half.row(-1, named=True)["pass_at_1"]
@@ -364,7 +366,7 @@ def sft_rows(home: Path, arm: str, seed: int) -> dict[str, Any]:
     from curate.io import Workspace
 
     name = f"tiny-{arm}"
-    rows = pl.read_parquet(run_dir(home, arm, seed) / "data" / "sft.parquet").height
+    rows = pl.read_parquet(layout.pinned_path(run_dir(home, arm, seed), "sft")).height
     q = Workspace(home).solution_set_dir(name, name) / "solutions_quarantine.parquet"
     drops = pl.read_parquet(q)[S.DROP_REASON].value_counts() if q.is_file() else None
     dropped = {r: n for r, n in (drops.iter_rows() if drops is not None else ()) if "duplicate" in r}
@@ -494,8 +496,7 @@ def fit_claim(fits: list[dict[str, Any]]) -> dict[str, Any]:
 
 def claims(results: dict[str, Any]) -> list[dict[str, Any]]:
     """A row per ``CLAIMS`` entry: the paper's claim and number, our test (which arms, which way round), ours at the
-    end and early with both SEs, the verdict (``verdict``) and its reasons; a row without its measurement says
-    why."""
+    end and early with both SEs, the verdict (``verdict``) and its reasons; without its measurement, why."""
     out = []
     for c in CLAIMS:
         row: dict[str, Any] = {**c._asdict(), "end": None, "early": None}
@@ -532,8 +533,7 @@ def print_claims(rows: list[dict[str, Any]]) -> None:
 
 
 def report(home: Path, arms: list[str], seeds: list[int], cpu: dict[str, float]) -> dict[str, Any]:
-    """Every arm against its reference, per seed and pooled; FastCuRL per token; the fit; a row per claim. Prints,
-    returns all."""
+    """Every arm against its reference, per seed and pooled; FastCuRL per token; the fit; a row per claim (printed)."""
     test, leaked = held_out(home)
     split = {"leaked": leaked, "clean": set(test["problem_id"]) - leaked}
     results: dict[str, Any] = {"arms": {}, "fit": [], "per_token": {}}

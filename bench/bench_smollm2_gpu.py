@@ -86,7 +86,9 @@ def rl_figures(stage: Path) -> dict[str, Any] | None:
     """RL step time (first step; median of the rest) and prompt + completion tokens per second of step time."""
     import polars as pl
 
-    path = stage / "metrics.parquet"
+    from training import layout
+
+    path = stage / layout.METRICS
     if not path.is_file():
         return None
     m = pl.read_parquet(path).sort("step")
@@ -109,12 +111,13 @@ def rl_figures(stage: Path) -> dict[str, Any] | None:
 
 def sft_figures(sft: Path) -> dict[str, Any] | None:
     """SFT steps, training seconds (the trainer's own, from its log) and steps per second."""
+    from training import layout
     from training.sft import read_metrics
 
     metrics = read_metrics(sft)
     if metrics is None:
         return None
-    done = re.findall(r"sft done: (\d+) steps, mean loss=\S+ in (\d+) s", (sft / "step.log").read_text())
+    done = re.findall(r"sft done: (\d+) steps, mean loss=\S+ in (\d+) s", (sft / layout.STEP_LOG).read_text())
     train_s = float(done[-1][1]) if done else None
     return {"steps": metrics["steps"], "rows_trained": metrics["rows_trained"], "dropped": metrics["dropped"],
             "train_s": train_s, "steps_per_s": round(metrics["steps"] / train_s, 1) if train_s else None,
@@ -124,16 +127,17 @@ def sft_figures(sft: Path) -> dict[str, Any] | None:
 
 def report(run: Path, convert: dict[str, Any], wall: float, cut: bool) -> dict[str, Any]:
     """Everything the run folder says, as one mapping (what is printed and written)."""
-    from training import outcome
+    from training import layout, outcome
     from training.chain import Chain
 
     summary = outcome.read_summary(run) or {}
     steps = {s["step"]: {k: s.get(k) for k in ("pass_at_1", "stderr", "n_problems", "k", "wall_s")}
              for s in Chain(run).steps}  # fmt: skip
-    last_rl = next((s for s in reversed(list(steps)) if s.startswith("rl:")), None)
-    pairs = (("sft", "init"), (last_rl, "sft"), (last_rl, "init"))
+    last_rl = next((s for s in reversed(list(steps)) if layout.first_pass_rl(s)), None)
+    sft, init = layout.SFT, layout.INIT
+    pairs = ((sft, init), (last_rl, sft), (last_rl, init))
     gains = {f"{a} - {b}": outcome.paired(run, a, b) for a, b in pairs if a}
-    stages = sorted((run / "rl").glob("*-stage*"))
+    stages = sorted((run / layout.RL).glob("*-stage*"))
     return {
         "gpu": _gpu(),
         "cut_by_deadline": cut,
@@ -141,7 +145,7 @@ def report(run: Path, convert: dict[str, Any], wall: float, cut: bool) -> dict[s
         "convert": convert,
         "steps": steps,
         "paired_gains": gains,
-        "sft": sft_figures(run / "sft"),
+        "sft": sft_figures(run / layout.SFT),
         "rl": {s.name: rl_figures(s) for s in stages},
         "timings": summary.get("timings"),
         "run_dir": str(run),
@@ -201,10 +205,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"conversion failed (exit {code}); see {log}", file=sys.stderr)
         return 1
     from curate import io
+    from training.layout import run_dir
     from training.packaged import cache_dir, describe
 
     convert = {**describe(cache_dir(io.Workspace(home), NAME)), "command_s": round(convert_s, 1)}  # what it printed
-    run = home / "runs" / f"smollm2-{args.sizes}"
+    run = run_dir(home, f"smollm2-{args.sizes}")
     sets = [f"{k}={v}" for k, v in SIZES[args.sizes].items()] + args.set
     cmd = [sys.executable, "-m", "training.cli", "run", "--recipe", str(RECIPE), "--home", str(home), "--out",
            str(run), "--json", *(a for s in sets for a in ("--set", s))]  # fmt: skip

@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from training import layout, run_folder
+
 
 def _mean_se(values: list[float]) -> tuple[float, float]:
     if len(values) < 2:
@@ -59,7 +61,7 @@ def _sft(model: Path, rows: Any, out: Path, args: argparse.Namespace, seed: int)
         "max_length": 256, "seed": seed, "warmup_ratio": 0.05, "logging_steps": 50, "gradient_checkpointing": False,
     })  # fmt: skip
     train_sft(cfg, model=str(model), data=data, out_dir=out)
-    return out / "final"
+    return layout.final(out)
 
 
 def _setup(args: argparse.Namespace) -> tuple[Any, Any, Any]:
@@ -103,8 +105,8 @@ def coscale(args: argparse.Namespace) -> dict[str, Any]:
         multi = rows.filter(pl.col("_key").is_in(order[: args.problems]) & (pl.col("_j") < args.k_solutions))
         single = rows.filter(pl.col("_key").is_in(order[:budget]) & (pl.col("_j") == 0))
         assert multi.height == single.height == budget, (multi.height, single.height)
-        base = Path(args.out) / "coscale" / f"seed{seed}"
-        init = init_tiny(base / "init", TinyConfig(size=args.size, seed=seed))
+        base = Path(args.out) / args.experiment / f"seed{seed}"
+        init = init_tiny(base / layout.INIT, TinyConfig(size=args.size, seed=seed))
         row: dict[str, Any] = {"seed": seed, "rows": budget}
         for arm, data in (("PxK", multi), ("PKx1", single)):
             t0 = time.perf_counter()
@@ -166,10 +168,10 @@ def rl(args: argparse.Namespace) -> dict[str, Any]:
     files = {src: _train_file(ws, args, src) for src in ("pool", "selection")}
     results = []
     for seed in args.seeds:
-        base = Path(args.out) / "rl" / f"seed{seed}"
-        init = init_tiny(base / "init", TinyConfig(size=args.size, seed=seed))
+        base = Path(args.out) / args.experiment / f"seed{seed}"
+        init = init_tiny(base / layout.INIT, TinyConfig(size=args.size, seed=seed))
         sft_rows = rows.sample(n=min(args.sft_rows, rows.height), seed=seed, shuffle=True)
-        sft = _sft(init, sft_rows, base / "sft", args, seed)
+        sft = _sft(init, sft_rows, base / layout.SFT, args, seed)
         row: dict[str, Any] = {"seed": seed, "sft": _eval(sft, heldout, args, seed)}
         print(f"[rl] seed {seed} after SFT: {row['sft']}", flush=True)
         for arm, (src, extra) in ARMS.items():
@@ -186,19 +188,19 @@ def rl(args: argparse.Namespace) -> dict[str, Any]:
             t0 = time.perf_counter()
             train_rl(cfg, model=sft, train=files[src], out_dir=run)
             wall = time.perf_counter() - t0
-            metrics = pl.read_parquet(run / "metrics.parquet")
+            metrics = pl.read_parquet(run / layout.METRICS)
             kept = metrics["kept_group_frac"].mean() if "kept_group_frac" in metrics.columns else None
             signal = 1 - metrics["frac_reward_zero_std"].mean() if "frac_reward_zero_std" in metrics.columns else None
-            res = _eval(run / "final", heldout, args, seed)
+            res = _eval(layout.final(run), heldout, args, seed)
             res |= {"signal_frac": signal, "kept_group_frac": kept, "s_per_step": wall / args.steps}
             if arm == "sampler+ScaleRL/DES" and args.eval_every < args.steps:
                 append_eval(run, 0, 0.0, row["sft"] | {"n_problems": row["sft"]["n"]})
-                for ck in sorted(run.glob("checkpoints/checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])):
-                    step = int(ck.name.split("-")[-1])
+                for ck in run_folder.checkpoints(run / layout.CHECKPOINTS):
+                    step = run_folder.checkpoint_step(ck)
                     ev = _eval(ck, heldout, args, seed)
                     append_eval(run, step, float(step), ev | {"n_problems": ev["n"]})
                 append_eval(run, args.steps, float(args.steps), res | {"n_problems": res["n"]})
-                curve = pl.read_parquet(run / "eval.parquet").filter(pl.col("step") > 0)
+                curve = pl.read_parquet(run / layout.EVAL_CURVE).filter(pl.col("step") > 0)
                 half = curve.filter(pl.col("step") <= args.steps // 2)
                 try:
                     fit = fit_sigmoid(half["compute"].to_numpy(), half["pass_at_1"].to_numpy(),
