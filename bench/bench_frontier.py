@@ -47,6 +47,7 @@ from typing import Any
 from bench_curation import (
     BASELINE_LR,
     RFT_SETS,
+    finished,
     headroom,
     measured_at,
     pooled,
@@ -54,6 +55,8 @@ from bench_curation import (
     run_dir,
     step_cpu,
 )
+
+from training import layout, run_folder
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,10 +67,6 @@ QUARTERS = 4  # continued SFT keeps this many checkpoints evenly over its steps,
 
 
 # --------------------------------------------------------------------------------------------------- the arms
-def finished(home: Path, arm: str, seed: int) -> bool:
-    return (run_dir(home, arm, seed) / "summary.json").is_file()
-
-
 def _chain(home: Path, arm: str, seed: int) -> Any:
     from training.chain import Chain
 
@@ -76,7 +75,7 @@ def _chain(home: Path, arm: str, seed: int) -> Any:
 
 def plateau_model(home: Path, seed: int) -> str:
     """The plateau arm's SFT model: the checkpoint its early-stopped SFT chose on validation (``sft/best``)."""
-    return _chain(home, "plateau", seed).get("sft")["model"]
+    return _chain(home, "plateau", seed).get(layout.SFT)["model"]
 
 
 def rl_cpu(home: Path, seed: int) -> float:
@@ -84,7 +83,7 @@ def rl_cpu(home: Path, seed: int) -> float:
     trains on the prompts that ``measure`` chose, at no cost to itself)."""
     from training.outcome import read_summary
 
-    return max(1.0, step_cpu(read_summary(run_dir(home, "rl", seed)), "rl:"))
+    return max(1.0, step_cpu(read_summary(run_dir(home, "rl", seed)), layout.first_pass_rl))
 
 
 def sft_steps_at_rl_cpu(home: Path, seed: int) -> int:
@@ -93,8 +92,8 @@ def sft_steps_at_rl_cpu(home: Path, seed: int) -> int:
     from training.outcome import read_summary
     from training.sft import read_metrics
 
-    metrics = read_metrics(run_dir(home, "plateau", seed) / "sft")
-    sft_cpu = step_cpu(read_summary(run_dir(home, "plateau", seed)), "sft", exact=True) or metrics["wall_s"]
+    metrics = read_metrics(run_dir(home, "plateau", seed) / layout.SFT)
+    sft_cpu = step_cpu(read_summary(run_dir(home, "plateau", seed)), layout.SFT, exact=True) or metrics["wall_s"]
     sft_cpu -= metrics.get("validation_cpu_s") or 0.0
     return max(QUARTERS, round(rl_cpu(home, seed) / (sft_cpu / metrics["steps"])))
 
@@ -108,14 +107,14 @@ def _rl_sets(home: Path, seed: int) -> list[str]:
 
 
 def _rft_sets(home: Path, seed: int) -> list[str]:
-    curriculum = _chain(home, "rl", seed).notes["measure"][0]["curriculum"]
+    curriculum = _chain(home, "rl", seed).notes[layout.MEASURE][0]["curriculum"]
     return [f"model={plateau_model(home, seed)}", "measure=null", f"curriculum={curriculum}", "name=tiny-frontier-rft",
             f"rft.cpu_budget={rl_cpu(home, seed):.0f}", *RFT_SETS]  # fmt: skip
 
 
 def _sftmore_sets(home: Path, seed: int) -> list[str]:
     steps = sft_steps_at_rl_cpu(home, seed)
-    data = run_dir(home, "plateau", seed) / "data" / "sft.parquet"
+    data = layout.pinned_path(run_dir(home, "plateau", seed), layout.SFT)
     return [
         f"model={plateau_model(home, seed)}",
         f"sft.data={data}",
@@ -220,21 +219,20 @@ def rl_curve(home: Path, seed: int) -> list[dict[str, Any]]:
     """The rl arm's validation points in step order: ``step``, ``rollouts``, ``cpu_s`` (its ``measure`` first, CPU
     within a stage by steps), ``eval`` (the ``evals/`` name), ``model``, and pass@1 overall and at the frontier at
     T = 0.6 and 1.0 (None where not evaluated). The plateau model is step 0."""
-    from training import run_folder
     from training.outcome import checkpoint_eval, read_summary
     from training.rl import read_config
 
     run, chain = run_dir(home, "rl", seed), _chain(home, "rl", seed)
     summ = read_summary(run) or {"timings": []}
-    measure = chain.notes.get("measure") or [{}]
+    measure = chain.notes.get(layout.MEASURE) or [{}]
     rollouts = float((measure[0].get("rollout") or {}).get("samples_generated", 0) or 0)
-    cpu = step_cpu(summ, "measure")
-    out = [_point(home, run, "init", 0, rollouts, cpu, plateau_model(home, seed))]  # its start: the plateau model
+    cpu = step_cpu(summ, layout.MEASURE)
+    out = [_point(home, run, layout.INIT, 0, rollouts, cpu, plateau_model(home, seed))]  # its start: the plateau model
     for rec in (r for r in chain.steps if "stage_dir" in r):
         cfg = read_config(Path(rec["stage_dir"])).rl
         per, stage_cpu = cfg.prompts_per_step * cfg.num_generations, step_cpu(summ, rec["step"], exact=True)
-        saved = run_folder.checkpoints(Path(rec["stage_dir"]) / run_folder.CHECKPOINTS)
-        ckpts = {run_folder.checkpoint_step(c): c for c in saved}
+        saved = run_folder.checkpoints(Path(rec["stage_dir"]) / layout.CHECKPOINTS)
+        ckpts = {layout.checkpoint_step(c): c for c in saved}
         for k in sorted(k for k in ckpts if k < rec["rl_steps"]):
             p = _point(home, run, checkpoint_eval(rec["step"], k), rec["offset_step"] + k, rollouts + k * per,
                        cpu + stage_cpu * k / rec["rl_steps"], str(ckpts[k]))  # fmt: skip
@@ -283,16 +281,16 @@ def points(home: Path, arm: str, seed: int) -> dict[str, str]:
     checkpoint)."""
     chain = _chain(home, arm, seed)
     if arm == "plateau":
-        return {"start": chain.get("sft")["model"]}
+        return {"start": chain.get(layout.SFT)["model"]}
     if arm == "rl":
         curve = [p for p in rl_curve(home, seed)[1:] if p["pass@0.6"] is not None]
         best = max(curve, key=lambda p: p["pass@0.6"]) if curve else None
         return {"end": curve[-1]["model"], "best": best["model"]} if curve else {}
     if arm == "rft":
-        rounds = chain.note("rft", "rounds") or {}
+        rounds = chain.note(layout.RFT, layout.ROUNDS) or {}
         step = lambda s: chain.get(s)["model"]  # noqa: E731
         return {"end": step(rounds["last_step"]), "best": step(rounds["best_step"])} if rounds else {}
-    return {"end": str(run_dir(home, arm, seed) / "sft" / "final"), "best": chain.get("sft")["model"]}
+    return {"end": str(layout.final(run_dir(home, arm, seed) / layout.SFT)), "best": chain.get(layout.SFT)["model"]}
 
 
 def test_eval(home: Path, arm: str, seed: int) -> None:
@@ -358,12 +356,12 @@ def band(home: Path, seeds: list[int]) -> dict[int, dict[str, Any]]:
 
     out = {}
     for s in seeds:
-        folder = run_dir(home, "plateau", s) / "sft"
-        if not (folder / "validation.json").is_file():
+        folder = run_dir(home, "plateau", s) / layout.SFT
+        if not (folder / layout.VALIDATION).is_file():
             continue
         from curate import io
 
-        chosen = io.read_json(folder / "validation.json")["chosen"]
+        chosen = io.read_json(folder / layout.VALIDATION)["chosen"]
         metrics = read_metrics(folder) or {}
         out[s] = {"pass_at_1": chosen["pass_at_1"], "stderr": chosen["stderr"], "chosen_step": chosen["step"],
                   "steps": chosen["steps"], "stopped": metrics.get("stopped"), "n": chosen["n_problems"],
@@ -378,7 +376,7 @@ def report(home: Path, seeds: list[int]) -> dict[str, Any]:
     for s, b in results["band"].items():
         print(f"seed {s}: {b['pass_at_1']:.3f} ± {b['stderr']:.3f} at step {b['chosen_step']} of {b['steps']} "
               f"({b['n']} x {b['k']}); {b['stopped']}")  # fmt: skip
-    results["curve"] = {s: rl_curve(home, s) for s in seeds if (run_dir(home, "rl", s) / "chain.json").is_file()}
+    results["curve"] = {s: rl_curve(home, s) for s in seeds if (run_dir(home, "rl", s) / layout.CHAIN).is_file()}
     print("\n== RL's learning curve (validation pass@1: all / frontier 9-12 ops, at T=0.6 and T=1.0)")
     for s, pts in results["curve"].items():
         for p in pts:

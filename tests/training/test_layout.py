@@ -19,7 +19,7 @@ from training.layout import StepName, parse_step
 
 
 ROOT = Path(__file__).resolve().parents[2]
-EXEMPT = {"training/layout.py", "bench/bench_frontier.py"}
+EXEMPT = {"training/layout.py"}
 # names a run folder shares with other things: every Hugging Face model folder's config (an RL stage's identity file
 # has its name), and ``curate solutions``' SFT file (``curate.solutions.export.SFT_FILE``: data/ keeps its copy so)
 SHARED = {"config.json", "sft.parquet"}
