@@ -220,3 +220,23 @@ def test_the_early_stop_scores_the_problems_the_choice_scores(tmp_path, monkeypa
     spec = chain.early_stop_spec(SimpleNamespace(recipe=recipe, ws=None), tmp_path)
     assert spec is not None and recipe.eval.sources
     assert seen["sources"] == recipe.eval.sources and seen["split"] == recipe.sft.validation.split
+
+
+SEED2 = (0.043, 0.050, 0.153, 0.317, 0.380, 0.597, 0.393, 0.620, 0.487, 0.533,
+         0.777, 0.747, 0.763, 0.773, 0.783, 0.780)  # fmt: skip
+
+
+def test_the_recipes_patience_carries_the_measured_swing_at_a_high_lr_that_three_did_not():
+    """Seed 2's validation curve, 500-8,000 steps (the default recipe trained to its cap): at a high lr the
+    checkpoints swing (0.597, 0.393, 0.620, 0.487, 0.533 at 3,000-5,000) before the lr anneals and it rises to 0.78.
+    Patience 3 stopped that run at 4,500 (it kept 0.620); the recipe's patience carries it through the swing."""
+    from training.recipe import load_recipe
+
+    points = _curve(*SEED2)
+    stops = [points[j]["step"] for j in range(len(points)) if should_stop(points[: j + 1], patience=3).stop]
+    assert stops and stops[0] <= 5000  # three evaluations fooled by the swing
+    patience = load_recipe("training/recipes/tiny/fastcurl.yaml").sft.validation.patience
+    assert patience == 5
+    kept = [j for j in range(len(points)) if should_stop(points[: j + 1], patience=patience).stop]
+    assert not kept or points[kept[0]]["step"] >= 7500  # through the swing, to where the rise has flattened
+    assert best_point(points[: (kept[0] + 1) if kept else None])["pass_at_1"] > 0.72

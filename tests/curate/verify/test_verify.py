@@ -273,13 +273,13 @@ def test_checks_from_threads_keep_their_timeouts():
 
 @pytest.mark.slow
 def test_a_hung_worker_is_killed_and_the_batch_survives():
-    # the CPU-time limits (10 s) are longer than the per-item bound (3 s): the parent must kill the worker.
+    # the CPU-time limits (10 s) are longer than the per-item bound (3 s): the parent must kill the worker. Its
+    # detail says which bound ended the item ("parse" / "verify" for the worker's own limits); no wall-clock bound
+    # here: the 3 s are the worker's time on a CPU, so at load 8 the kill comes later by the wall clock, rightly.
     cfg = VerifyConfig(parse_timeout_s=10, verify_timeout_s=10, item_timeout_s=3.0)
     completions = ["\\boxed{\\frac{3}{6}}", "\\boxed{10^{10^{10}}}", "\\boxed{\\sqrt{4}}", "\\boxed{2^{-1}}"]
     golds = ["0.5", "7", "2", "0.5"]
-    t0 = time.monotonic()
     verdicts = check_batch(completions, golds, cfg, workers=2)
-    assert time.monotonic() - t0 < 9
     assert verdicts[1].verdict == "timeout" and verdicts[1].detail == "killed after 3s"
     assert [verdicts[i].verdict for i in (0, 2, 3)] == ["correct"] * 3
 
