@@ -352,6 +352,8 @@ def compare(home: Path, seeds: list[int], temperature: float | None) -> dict[str
 
 def band(home: Path, seeds: list[int]) -> dict[int, dict[str, Any]]:
     """Per seed, the plateau SFT's chosen point on validation, the steps it took and why it stopped."""
+    from curate import io
+    from training.outcome import step_table
     from training.sft import read_metrics
 
     out = {}
@@ -359,13 +361,15 @@ def band(home: Path, seeds: list[int]) -> dict[int, dict[str, Any]]:
         folder = run_dir(home, "plateau", s) / layout.SFT
         if not (folder / layout.VALIDATION).is_file():
             continue
-        from curate import io
-
         chosen = io.read_json(folder / layout.VALIDATION)["chosen"]
         metrics = read_metrics(folder) or {}
+        stopped = metrics.get("stopped")  # training.sft's record: the early stop's verdict and its sentence
+        why = stopped.get("text") if isinstance(stopped, dict) else stopped
+        test = step_table(run_dir(home, "plateau", s), TEST + "start")
         out[s] = {"pass_at_1": chosen["pass_at_1"], "stderr": chosen["stderr"], "chosen_step": chosen["step"],
-                  "steps": chosen["steps"], "stopped": metrics.get("stopped"), "n": chosen["n_problems"],
-                  "k": chosen["k"]}  # fmt: skip
+                  "steps": chosen["steps"], "stopped": why, "n": chosen["n_problems"], "k": chosen["k"],
+                  "patience": stopped.get("patience") if isinstance(stopped, dict) else None,
+                  "test": rate(test) if test is not None else None}  # fmt: skip
     return out
 
 

@@ -181,5 +181,5 @@ def test_the_table_renders_what_the_report_wrote_and_says_what_has_not_run(bench
     plateau(home, 0)
     results = json.loads(json.dumps({"measured": {"date": "d", "command": "c"}, **bench.report(home, [0])}))
     text = "\n".join(tables.frontier(results))
-    assert "| 0 | 40 | 50 | 0.740 ± 0.030 | plateau |" in text
+    assert "| 0 | - | 40 | 50 | 0.740 ± 0.030 | 0.500 | plateau |" in text  # test: 0.9 on 3-8 ops, 0.1 at 9-12
     assert "No RL point evaluated yet" in text and "| RL - its start (the plateau) | not run yet |" in text
