@@ -172,7 +172,7 @@ def commands(arm: str, home: Path, seed: int) -> list[list[str]]:
         if arm == "rft-iter":  # prompts rlopt's RL trained on (its measured curriculum), for that RL's CPU-seconds
             cpu = step_cpu(summary(home, "rlopt", seed), layout.first_pass_rl)
             note = chain(home, "rlopt", seed).notes[layout.MEASURE][0]
-            sets += ["measure=null", f"curriculum={note['curriculum']}", f"rft.cpu_budget={max(cpu, 1):.0f}",
+            sets += ["measure=null", f"curriculum={curriculum_name(note)}", f"rft.cpu_budget={max(cpu, 1):.0f}",
                      *RFT_SETS]  # fmt: skip
         return [[*py, "training.cli", "run", "--recipe", CURATED, *out, *(x for s in sets for x in ("--set", s))]]
     base = run_dir(home, "curated", seed)
@@ -196,6 +196,13 @@ def commands(arm: str, home: Path, seed: int) -> list[list[str]]:
     cmds.append([sys.executable, str(Path(__file__).resolve()), "--home", str(home), "--eval-final",
                  str(run_dir(home, arm, seed))])  # fmt: skip
     return cmds
+
+
+def curriculum_name(note: dict[str, Any]) -> str:
+    """The name of the curriculum a run's ``measure`` built, from its ``chain.json`` note (which keeps the whole
+    curriculum record: name, stages, split counts)."""
+    curriculum = note["curriculum"]
+    return curriculum["name"] if isinstance(curriculum, dict) else curriculum
 
 
 def launch(arm: str, home: Path, seed: int) -> subprocess.Popen:

@@ -47,6 +47,7 @@ from typing import Any
 from bench_curation import (
     BASELINE_LR,
     RFT_SETS,
+    curriculum_name,
     finished,
     headroom,
     measured_at,
@@ -107,7 +108,7 @@ def _rl_sets(home: Path, seed: int) -> list[str]:
 
 
 def _rft_sets(home: Path, seed: int) -> list[str]:
-    curriculum = _chain(home, "rl", seed).notes[layout.MEASURE][0]["curriculum"]
+    curriculum = curriculum_name(_chain(home, "rl", seed).notes[layout.MEASURE][0])
     return [f"model={plateau_model(home, seed)}", "measure=null", f"curriculum={curriculum}", "name=tiny-frontier-rft",
             f"rft.cpu_budget={rl_cpu(home, seed):.0f}", *RFT_SETS]  # fmt: skip
 

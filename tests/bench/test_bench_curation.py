@@ -89,7 +89,7 @@ def finished_run(home: Path, arm: str, seed: int, sft: float, end: float, rl_ste
         offset += n
     _table(run, last, rates(end - 0.1), temperature=1.0)
     if arm == "rlopt":  # the curriculum its measure built (rft-iter trains on its prompts)
-        notes["measure"] = [{"curriculum": f"tiny-rl.{run.name}"}]
+        notes["measure"] = [{"curriculum": {"name": f"tiny-rl.{run.name}", "kept": 4}}]  # its record
     if arm == "curated":  # its headroom report: g0 and g2 carry wrong golds; g0 and g1 were flagged
         io.write_json(run / "headroom" / "headroom.json", {"totals": {"prompts": 4, "rl": 1, "rl_ceiling": 0.5}})
         io.write_parquet(

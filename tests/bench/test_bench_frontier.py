@@ -73,7 +73,9 @@ def rl(home: Path, seed: int, short: float = 0.9, long: float = 0.3) -> Path:
     io.write_json(stage / "config.json", {"rl": {"prompts_per_step": 2, "num_generations": 4}})
     (stage / "checkpoints" / "checkpoint-2").mkdir(parents=True)
     rec = {"step": "rl:stage2", "rl_steps": 4, "offset_step": 0, "stage_dir": str(stage), "model": str(stage / "m")}
-    measure = [{"curriculum": f"tiny-frontier.rl-seed{seed}", "rollout": {"samples_generated": 64}}]
+    measure = [
+        {"curriculum": {"name": f"tiny-frontier.rl-seed{seed}", "kept": 4}, "rollout": {"samples_generated": 64}}
+    ]
     io.write_json(run / "chain.json", {"steps": [{"step": "init", "model": str(start)}, rec],
                                        "notes": {"measure": measure}})  # fmt: skip
     io.write_json(run / "summary.json", {"timings": [{"step": "measure", "cpu_s": 30.0},
