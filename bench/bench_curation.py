@@ -218,36 +218,52 @@ def launch(arm: str, home: Path, seed: int) -> subprocess.Popen:
     return subprocess.Popen(["bash", "-c", script], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def run_all(home: Path, arms: list[str], seeds: list[int], jobs: int) -> dict[str, float]:
-    """Every (arm, seed) not finished, ``jobs`` at once; the baselines of a seed wait for its curated run.
-    Returns CPU seconds per run (every process it started)."""
-    todo = [(a, s) for s in seeds for a in arms if not finished(home, a, s)]
-    # The Popen objects are kept: one dropped while its process runs is reaped by the next Popen (subprocess's
-    # _cleanup), and os.wait4 would then never see that run end.
-    running: dict[int, tuple[str, int, float, subprocess.Popen]] = {}
-    cpu: dict[str, float] = {}
+def run_jobs(
+    todo: list[tuple[str, int]], ready: Callable[[str, int], bool], start: Callable[[str, int], subprocess.Popen],
+    jobs: int, stuck: str, ended: Callable[[str, int, int, list], list] | None = None,
+) -> dict[str, float]:  # fmt: skip
+    """``(arm, seed)`` runs, ``jobs`` at once, each once ``ready(arm, seed)``: ``start`` launches one (a Popen), and
+    ``ended(arm, seed, exit code, todo)`` hears of each end and returns what is left to do (it may drop the runs that
+    needed a failed one). Raises ``SystemExit`` with ``stuck`` when nothing can start. Returns CPU seconds per run
+    (every process it started). The Popen objects are kept: one dropped while its process runs is reaped by the next
+    Popen (subprocess's _cleanup), and os.wait4 would then never see that run end."""
+    todo, running, cpu = list(todo), {}, {}
     while todo or running:
-        ready = [(a, s) for a, s in todo if a in ("curated", "raw") or finished(home, WAITS.get(a, "curated"), s)]
-        while ready and len(running) < jobs:
-            a, s = ready.pop(0)
+        ready_now = [(a, s) for a, s in todo if ready(a, s)]
+        while ready_now and len(running) < jobs:
+            a, s = ready_now.pop(0)
             todo.remove((a, s))
-            proc = launch(a, home, s)
+            proc = start(a, s)
             running[proc.pid] = (a, s, time.perf_counter(), proc)
         if not running:
-            raise SystemExit(f"nothing can start: {todo} wait for curated runs that failed")
+            raise SystemExit(f"nothing can start: {todo} {stuck}")
         pid, status, usage = os.wait4(-1, 0)
         a, s, t0, proc = running.pop(pid)
         code = proc.returncode = os.waitstatus_to_exitcode(status)
         cpu[f"{a}-seed{s}"] = usage.ru_utime + usage.ru_stime
         print(f"[{time.strftime('%H:%M:%S')}] {a} seed {s}: exit {code}, {(time.perf_counter() - t0) / 60:.1f} min "
               f"wall, {cpu[f'{a}-seed{s}'] / 60:.1f} CPU-min, load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+        if ended is not None:
+            todo = ended(a, s, code, todo)
+    return cpu
+
+
+def run_all(home: Path, arms: list[str], seeds: list[int], jobs: int) -> dict[str, float]:
+    """Every (arm, seed) not finished, ``jobs`` at once; the baselines of a seed wait for its curated run.
+    Returns CPU seconds per run (every process it started)."""
+
+    def ended(a: str, s: int, code: int, todo: list) -> list:
         if a == "rft" and code == NO_SAMPLES:
             print("    the SFT model has no verified sample on the RL prompts: nothing to fine-tune on")
         elif code:
             print(f"    see {home}/logs/{a}-seed{s}.log")
             if a == "curated":
-                todo = [(x, y) for x, y in todo if y != s or x == "raw"]
-    return cpu
+                return [(x, y) for x, y in todo if y != s or x == "raw"]
+        return todo
+
+    todo = [(a, s) for s in seeds for a in arms if not finished(home, a, s)]
+    ready = lambda a, s: a in ("curated", "raw") or finished(home, WAITS.get(a, "curated"), s)  # noqa: E731
+    return run_jobs(todo, ready, lambda a, s: launch(a, home, s), jobs, "wait for curated runs that failed", ended)
 
 
 # --------------------------------------------------------------------------------------------------- the tables

@@ -264,7 +264,7 @@ def ready(home: Path, arm: str, seed: int) -> bool:
 def run_all(home: Path, arms: list[str], seeds: list[int], jobs: int) -> dict[str, float]:
     """Every (arm, seed) not finished, ``jobs`` at once, each once it is ``ready``."""
     todo = [(a, s) for a in arms for s in seeds if not finished(home, a, s)]  # arm by arm: a cut grid has whole arms
-    running: dict[int, tuple[str, int, float, subprocess.Popen]] = {}  # Popen kept: bench_curation.run_all says why
+    running: dict[int, tuple[str, int, float, subprocess.Popen]] = {}  # Popen kept: bench_curation.run_jobs says why
     cpu: dict[str, float] = {}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     (home / "logs").mkdir(parents=True, exist_ok=True)
