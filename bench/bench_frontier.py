@@ -22,8 +22,8 @@ learning curve on validation (pass@1 overall and at the frontier against steps, 
 its start and minus each baseline, paired per seed, overall, on 3-8 operations and at the frontier (9-12: longer than
 any trace), pooled over seeds with both SEs (``bench_curation.pooled``); the headroom report before RL.
 
-    python bench/bench_frontier.py --seeds 0 1 2 3 4 --jobs 2 --home /work/fair --json bench/json/frontier.json
-    python bench/bench_frontier.py --report-only --home /work/fair --json bench/json/frontier.json
+    python bench/bench_frontier.py --seeds 0 1 2 3 4 --home /tmp/bench-frontier --json bench/json/frontier.json
+    python bench/bench_frontier.py --report-only --home /tmp/bench-frontier --json bench/json/frontier.json
     python bench/tables.py     # bench/README.md's frontier tables from bench/json/frontier.json
 
 Resumable: a finished run (its ``summary.json``) and a finished test evaluation are read back, an unfinished run is
@@ -54,6 +54,7 @@ from bench_curation import (
     pooled,
     rate,
     run_dir,
+    run_jobs,
     step_cpu,
 )
 
@@ -179,28 +180,18 @@ def tested(home: Path, arm: str, seed: int) -> bool:
 
 
 def run_all(home: Path, arms: list[str], seeds: list[int], jobs: int) -> None:
-    """Every (arm, seed) not yet tested, ``jobs`` at once, each once the runs it needs have finished; an arm whose
-    run fails drops the arms of its seed that need it."""
+    """Every (arm, seed) not yet tested, ``jobs`` at once, each once the runs it needs have been tested; an arm whose
+    run fails drops the arms of its seed that need it (``bench_curation.run_jobs``)."""
+
+    def ended(a: str, s: int, code: int, todo: list) -> list:
+        if not code:
+            return todo
+        print(f"    see {home}/logs/{a}-seed{s}.log")
+        return [(x, y) for x, y in todo if y != s or a not in ARMS[x].needs]
+
     todo = [(a, s) for s in seeds for a in arms if not tested(home, a, s)]
-    running: dict[int, tuple[str, int, float, subprocess.Popen]] = {}  # Popen kept: bench_curation.run_all says why
-    while todo or running:
-        ready = [(a, s) for a, s in todo if all(tested(home, n, s) for n in ARMS[a].needs)]
-        while ready and len(running) < jobs:
-            a, s = ready.pop(0)
-            todo.remove((a, s))
-            proc = launch(a, home, s)
-            running[proc.pid] = (a, s, time.perf_counter(), proc)
-        if not running:
-            raise SystemExit(f"nothing can start: {todo} need runs that failed (see {home}/logs)")
-        pid, status, usage = os.wait4(-1, 0)
-        a, s, t0, proc = running.pop(pid)
-        code = proc.returncode = os.waitstatus_to_exitcode(status)
-        cpu_min, wall_min = (usage.ru_utime + usage.ru_stime) / 60, (time.perf_counter() - t0) / 60
-        print(f"[{time.strftime('%H:%M:%S')}] {a} seed {s}: exit {code}, {wall_min:.1f} min wall, {cpu_min:.1f} "
-              f"CPU-min, load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
-        if code:
-            print(f"    see {home}/logs/{a}-seed{s}.log")
-            todo = [(x, y) for x, y in todo if y != s or a not in ARMS[x].needs]
+    ready = lambda a, s: all(tested(home, n, s) for n in ARMS[a].needs)  # noqa: E731
+    run_jobs(todo, ready, lambda a, s: launch(a, home, s), jobs, f"need runs that failed (see {home}/logs)", ended)
 
 
 def launch(arm: str, home: Path, seed: int) -> subprocess.Popen:
@@ -381,9 +372,11 @@ def report(home: Path, seeds: list[int]) -> dict[str, Any]:
     for s, b in results["band"].items():
         print(f"seed {s}: {b['pass_at_1']:.3f} ± {b['stderr']:.3f} at step {b['chosen_step']} of {b['steps']} "
               f"({b['n']} x {b['k']}); {b['stopped']}")  # fmt: skip
-    results["curve"] = {s: rl_curve(home, s) for s in seeds if (run_dir(home, "rl", s) / layout.CHAIN).is_file()}
+    curves = {s: rl_curve(home, s) for s in seeds if (run_dir(home, "rl", s) / layout.CHAIN).is_file()}
+    relative = lambda p: {**p, "model": os.path.relpath(p["model"], home)}  # noqa: E731 (a model, within home)
+    results["curve"] = {s: [relative(p) for p in pts] for s, pts in curves.items()}
     print("\n== RL's learning curve (validation pass@1: all / frontier 9-12 ops, at T=0.6 and T=1.0)")
-    for s, pts in results["curve"].items():
+    for s, pts in curves.items():
         for p in pts:
             vals = " ".join("-" if p[k] is None else f"{p[k]:.3f}" for k in ("pass@0.6", "frontier@0.6", "pass@1",
                                                                               "frontier@1"))  # fmt: skip
